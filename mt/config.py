@@ -1,0 +1,384 @@
+"""Experiment configuration: one YAML file, six sections, typed dataclasses.
+
+Every key has a default documented beside it. `load_config` reads a file, applies
+`--set section.key=value` overrides and validates everything in one place, so a mistake
+is reported once, as one line naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+PACKAGED_CONFIGS = Path(__file__).parent / "configs"
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # fixed ids 0..3 in every vocabulary
+
+
+class MtError(Exception):
+    """An error a person can fix; the CLI prints it as one line (exit status 1)."""
+
+    exit_code = 1
+
+
+class ConfigError(MtError):
+    """A usage or configuration error (exit status 2)."""
+
+    exit_code = 2
+
+
+@dataclass
+class RunConfig:
+    dir: str = ""  # run folder; "" means runs/<config file name without .yaml>
+    seed: int = 1234  # seeds the split, batch order, initialisation and dropout
+    device: str = "auto"  # auto (cuda, then mps, then cpu) | cuda | cuda:N | mps | cpu
+
+
+@dataclass
+class DataFiles:
+    train: list[str] | None = (
+        None  # a path or a list of paths (.jsonl/.json[.gz], .csv, .tsv, .parquet)
+    )
+    valid: list[str] | None = None  # optional: cut from train when absent
+    test: list[str] | None = None  # optional: cut from train when absent
+
+
+@dataclass
+class DataConfig:
+    source: Literal["hub", "files"] = "hub"  # hub: datasets.load_dataset(name, subset)
+    name: str = "Helsinki-NLP/opus_books"  # Hugging Face dataset name (source: hub)
+    subset: str = "en-es"  # its configuration name (source: hub)
+    files: DataFiles = field(default_factory=DataFiles)  # local files (source: files)
+    src_lang: str = "en"
+    tgt_lang: str = "es"
+    valid_size: int = 1000  # pairs cut from train for validation when no valid file is given
+    test_size: int = 1000  # pairs cut from train for testing when no test file is given
+    max_length: int = 128  # drop training pairs longer than this many subword tokens on a side
+    max_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this
+
+
+@dataclass
+class TokenizerConfig:
+    vocab_size: int = 16000  # per vocabulary, special tokens and the 256 bytes included
+    joint: bool = True  # one vocabulary for both languages (allows sharing all embeddings)
+    min_frequency: int = 2  # a merge must be seen this often
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 512
+    heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1  # on embeddings+positions and on every sub-layer output (P_drop)
+    attention_dropout: float = 0.0  # on attention weights
+    activation: Literal["relu", "gelu"] = "relu"  # relu as in the paper
+    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
+    share_embeddings: bool = True  # tie embeddings and output projection (all three if joint)
+    max_positions: int = 1024  # longest sequence the positional encodings cover
+
+
+@dataclass
+class TrainConfig:
+    max_tokens: int = 4096  # padded tokens per batch (per device), source or target
+    accum_steps: int = 1  # batches per optimiser update
+    schedule: Literal["noam", "inverse_sqrt"] = "noam"
+    lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)
+    lr: float = 5e-4  # inverse_sqrt: peak rate reached after warmup_steps
+    warmup_steps: int = 4000
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0  # clip the gradient norm to this; 0 disables
+    weight_decay: float = 0.0  # decoupled (AdamW) weight decay; 0 is the paper's Adam
+    max_steps: int = 100000  # optimiser updates; 0 means no limit
+    max_epochs: int = 0  # 0 means no limit
+    max_minutes: float = 0.0  # wall-clock budget; 0 means no limit
+    patience: int = 0  # stop after this many validations without a better BLEU; 0 disables
+    eval_every: int = 1000  # updates between validations
+    eval_sentences: int = 500  # validation sentences decoded for BLEU; 0 means all
+    eval_examples: int = 3  # translations printed at each validation
+    log_every: int = 100  # updates between training-metric lines
+    save_every: int = 1000  # updates between checkpoints
+    keep_last: int = 5  # step checkpoints kept (best and last are always kept)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = (
+        "auto"  # auto: bf16/fp16 on GPU, fp32 on CPU
+    )
+    compile: bool = False  # torch.compile the model
+
+
+@dataclass
+class DecodeConfig:
+    beam: int = 5  # 1 is greedy
+    alpha: float = 0.6  # GNMT length penalty ((5 + L) / 6) ** alpha; 0 ranks by log-probability
+    max_len_a: float = 1.5  # output at most a * source_length + b tokens
+    max_len_b: int = 10
+    nbest: int = 1
+    no_repeat_ngram: int = 0  # forbid repeating any n-gram of this size; 0 disables
+    batch_tokens: int = 4096  # source tokens per decoding batch
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def find_config_file(name: str | Path) -> Path:
+    """A path as given, else a bare name looked up among the configs shipped with `mt`."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    candidates = [path.name, f"{path.name}.yaml"] if path.parent == Path(".") else []
+    for candidate in candidates:
+        if (PACKAGED_CONFIGS / candidate).is_file():
+            return PACKAGED_CONFIGS / candidate
+    shipped = ", ".join(sorted(p.name for p in PACKAGED_CONFIGS.glob("*.yaml")))
+    raise ConfigError(f"{name}: config file not found (shipped configs: {shipped})")
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read, override and validate a config. Raises ConfigError with a one-line message."""
+    path = find_config_file(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: invalid YAML: {one_line(e)}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
+    config = _build(Config, raw, str(path), "")
+    for item in overrides:
+        apply_override(config, item)
+    if not config.run.dir:
+        config.run.dir = str(Path("runs") / path.stem)
+    validate(config, str(path))
+    return config
+
+
+def config_from_dict(raw: dict[str, Any], origin: str) -> Config:
+    """Rebuild a Config from its dictionary form (the run folder's config.yaml)."""
+    config = _build(Config, raw, origin, "")
+    validate(config, origin)
+    return config
+
+
+def apply_override(config: Config, item: str) -> None:
+    """Apply one `section.key=value` override; the value is parsed as YAML."""
+    origin = f"--set {item}"
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"{origin}: expected section.key=value")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{origin}: invalid YAML value: {one_line(e)}") from None
+    names = key.strip().split(".")
+    target: Any = config
+    for depth, name in enumerate(names):
+        dotted = ".".join(names[: depth + 1])
+        fields = {f.name: f for f in dataclasses.fields(target)}
+        if name not in fields:
+            prefix = dotted[: -len(name)]
+            raise ConfigError(f"{origin}: unknown key '{dotted}'{_suggest(name, fields, prefix)}")
+        if depth == len(names) - 1:
+            hint = typing.get_type_hints(type(target))[name]
+            setattr(target, name, _convert(hint, value, origin, dotted))
+        else:
+            target = getattr(target, name)
+            if not dataclasses.is_dataclass(target):
+                raise ConfigError(f"{origin}: '{dotted}' is a value, not a section")
+    if dataclasses.is_dataclass(target) and len(names) == 1:
+        raise ConfigError(f"{origin}: '{names[0]}' is a section; set one of its keys")
+
+
+def validate(config: Config, origin: str) -> None:
+    """Cross-key checks that a type alone cannot express."""
+
+    def fail(key: str, message: str) -> None:
+        raise ConfigError(f"{origin}: {key}: {message}")
+
+    m, t, d, tok = config.model, config.train, config.decode, config.tokenizer
+    if m.d_model % m.heads:
+        fail("model.d_model", f"{m.d_model} is not divisible by model.heads ({m.heads})")
+    for key, value in [
+        ("model.dropout", m.dropout),
+        ("model.attention_dropout", m.attention_dropout),
+        ("train.label_smoothing", t.label_smoothing),
+    ]:
+        if not 0.0 <= value < 1.0:
+            fail(key, f"must be in [0, 1), got {value}")
+    if tok.vocab_size < len(SPECIAL_TOKENS) + 256:
+        fail(
+            "tokenizer.vocab_size",
+            f"{tok.vocab_size} is smaller than the "
+            f"{len(SPECIAL_TOKENS)} special tokens plus the 256 byte symbols",
+        )
+    positive = {
+        "model.d_model": m.d_model,
+        "model.heads": m.heads,
+        "model.d_ff": m.d_ff,
+        "model.max_positions": m.max_positions,
+        "train.max_tokens": t.max_tokens,
+        "train.accum_steps": t.accum_steps,
+        "train.eval_every": t.eval_every,
+        "train.save_every": t.save_every,
+        "train.keep_last": t.keep_last,
+        "train.log_every": t.log_every,
+        "train.warmup_steps": t.warmup_steps,
+        "decode.beam": d.beam,
+        "decode.nbest": d.nbest,
+        "decode.batch_tokens": d.batch_tokens,
+        "data.max_length": config.data.max_length,
+        "tokenizer.min_frequency": tok.min_frequency,
+        "model.encoder_layers": m.encoder_layers,
+        "model.decoder_layers": m.decoder_layers,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            fail(key, f"must be positive, got {value}")
+    non_negative = {
+        "train.max_steps": t.max_steps,
+        "train.max_epochs": t.max_epochs,
+        "train.max_minutes": t.max_minutes,
+        "train.patience": t.patience,
+        "train.clip_norm": t.clip_norm,
+        "train.weight_decay": t.weight_decay,
+        "train.eval_sentences": t.eval_sentences,
+        "train.eval_examples": t.eval_examples,
+        "data.valid_size": config.data.valid_size,
+        "data.test_size": config.data.test_size,
+        "decode.alpha": d.alpha,
+        "decode.max_len_a": d.max_len_a,
+        "decode.max_len_b": d.max_len_b,
+        "decode.no_repeat_ngram": d.no_repeat_ngram,
+        "train.lr_scale": t.lr_scale,
+        "train.lr": t.lr,
+    }
+    for key, value in non_negative.items():
+        if value < 0:
+            fail(key, f"must not be negative, got {value}")
+    if d.nbest > d.beam:
+        fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
+    if config.data.max_ratio < 1.0:
+        fail("data.max_ratio", f"must be at least 1, got {config.data.max_ratio}")
+    if config.data.src_lang == config.data.tgt_lang:
+        fail("data.tgt_lang", f"is the same language as data.src_lang ({config.data.src_lang})")
+    if config.data.source == "files":
+        if not config.data.files.train:
+            fail("data.files.train", "required when data.source is files")
+        for split in ("train", "valid", "test"):
+            for file in getattr(config.data.files, split) or []:
+                if not Path(file).is_file():
+                    fail(f"data.files.{split}", f"no such file: {file}")
+    if t.max_steps == 0 and t.max_epochs == 0 and t.max_minutes == 0 and t.patience == 0:
+        fail(
+            "train.max_steps",
+            "training would never stop: set max_steps, max_epochs, max_minutes or patience",
+        )
+
+
+def dump_config(config: Config) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False, allow_unicode=True)
+
+
+def diff_configs(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config dictionaries."""
+    keys = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            keys += diff_configs(a, b, f"{prefix}{key}.")
+        elif a != b:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+def _build(cls: type, raw: Any, origin: str, prefix: str) -> Any:
+    """Instantiate dataclass `cls` from a mapping, checking keys and types."""
+    section = prefix.rstrip(".") or "top level"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin}: {section}: expected a mapping, got {_describe(raw)}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in raw.items():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(
+                f"{origin}: unknown key '{dotted}'{_suggest(str(key), names, prefix)}"
+            )
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            values[key] = _build(hint, value if value is not None else {}, origin, f"{dotted}.")
+        else:
+            values[key] = _convert(hint, value, origin, dotted)
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, origin: str, key: str) -> Any:
+    """Check `value` against a field's type; accept a lone path where a list is expected."""
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, origin, f"{key}.")
+    origin_type = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin_type in (typing.Union, types.UnionType):  # list[str] | None
+        if value is None:
+            return None
+        return _convert(next(a for a in args if a is not type(None)), value, origin, key)
+    if origin_type is list:
+        items = value if isinstance(value, list) else [value]
+        return [_convert(args[0], item, origin, key) for item in items]
+    if origin_type is Literal:
+        if value not in args:
+            choices = ", ".join(map(str, args))
+            raise ConfigError(f"{origin}: {key}: must be one of {choices}; got {value!r}")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{origin}: {key}: expected true or false, got {_describe(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{origin}: {key}: expected an integer, got {_describe(value)}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{origin}: {key}: expected a number, got {_describe(value)}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{origin}: {key}: expected a string, got {_describe(value)}")
+        return str(value)
+    raise TypeError(f"unsupported config type {hint}")  # a bug in this module, not in the YAML
+
+
+def _suggest(name: str, valid: typing.Iterable[str], prefix: str) -> str:
+    close = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.5)
+    if close:
+        return f" (did you mean '{prefix}{close[0]}'?)"
+    return f" (valid: {', '.join(sorted(valid))})"
+
+
+def _describe(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}" if value is not None else "nothing"
+
+
+def one_line(error: Exception) -> str:
+    """An exception's message on one line, cut to a readable length."""
+    return " ".join(str(error).split())[:300]

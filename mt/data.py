@@ -1,0 +1,462 @@
+"""Corpus loading, cleaning, leakage-free splitting, encoding and the on-disk cache.
+
+`prepare(config)` is the whole pipeline behind `mt prepare` and the start of `mt train`:
+
+    load (hub or files) -> clean -> split by source sentence -> dedup train
+    -> train BPE on train -> encode -> filter train by length and ratio -> cache
+
+The cache lives in `<run.dir>/data/`, keyed by a fingerprint of everything that shapes it,
+so a second run reuses it and a changed setting rebuilds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from . import tokenizer as tok
+from .config import Config, ConfigError, DataConfig, MtError, one_line
+
+CACHE_VERSION = 1  # bump when the cache layout or the pipeline's output changes
+SPLITS = ("train", "valid", "test")
+Pair = tuple[str, str]
+
+
+@dataclass
+class Split:
+    """One split: token ids per sentence (no BOS/EOS) and, for valid/test, the text."""
+
+    src: list[np.ndarray]
+    tgt: list[np.ndarray]
+    src_text: list[str] = field(default_factory=list)
+    tgt_text: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+@dataclass
+class Prepared:
+    splits: dict[str, Split]
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    stats: dict[str, Any]
+    reused: bool
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_raw(cfg: DataConfig) -> dict[str, list[Pair]]:
+    """The corpus as (source, target) pairs per split that the source provides."""
+    import datasets  # slow to import; only needed when the cache misses
+
+    if cfg.source == "hub":
+        try:
+            loaded = datasets.load_dataset(cfg.name, cfg.subset)
+        except Exception as e:  # hub, network and dataset errors all end up here
+            raise MtError(
+                f"cannot load {cfg.name} ({cfg.subset}) through Hugging Face datasets: "
+                f"{type(e).__name__}: {one_line(e)}; to use local files set data.source: files "
+                "and data.files.train: PATH"
+            ) from None
+        return {name: _pairs(split, cfg, f"{cfg.name}[{name}]") for name, split in loaded.items()}
+    raw = {}
+    for name in SPLITS:
+        files = getattr(cfg.files, name)
+        if files:
+            raw[name] = _pairs(_load_files(files, f"data.files.{name}"), cfg, ", ".join(files))
+    return raw
+
+
+def _load_files(files: list[str], key: str) -> Any:
+    """Read local files with `datasets`' own builders, chosen by extension."""
+    import datasets
+
+    kinds = {_file_kind(f) for f in files}
+    if None in kinds or len(kinds) > 1:
+        raise ConfigError(
+            f"{key}: {', '.join(files)}: expected files of one format among .jsonl, .json "
+            "(optionally .gz), .csv, .tsv, .parquet"
+        )
+    kind = kinds.pop()
+    options: dict[str, Any] = {}
+    if kind == "tsv":
+        kind, options = "csv", {"delimiter": "\t", "quoting": 3}  # 3: csv.QUOTE_NONE
+    try:
+        return datasets.load_dataset(kind, data_files=files, split="train", **options)
+    except Exception as e:
+        raise MtError(f"{key}: cannot read {', '.join(files)}: {one_line(e)}") from None
+
+
+def _file_kind(path: str) -> str | None:
+    name = path.lower().removesuffix(".gz")
+    for suffix, kind in (
+        (".jsonl", "json"),
+        (".json", "json"),
+        (".csv", "csv"),
+        (".tsv", "tsv"),
+        (".parquet", "parquet"),
+    ):
+        if name.endswith(suffix):
+            return kind
+    return None
+
+
+def _pairs(dataset: Any, cfg: DataConfig, origin: str) -> list[Pair]:
+    """Rows in the flat {"en", "es"} or nested {"translation": {...}} schema as pairs."""
+    columns = dataset.column_names
+    if cfg.src_lang in columns and cfg.tgt_lang in columns:
+        return list(zip(dataset[cfg.src_lang], dataset[cfg.tgt_lang]))
+    if "translation" in columns:
+        rows = dataset["translation"]
+        if rows and cfg.src_lang in rows[0] and cfg.tgt_lang in rows[0]:
+            return [(r[cfg.src_lang], r[cfg.tgt_lang]) for r in rows]
+    raise MtError(
+        f"{origin}: no '{cfg.src_lang}' and '{cfg.tgt_lang}' fields (columns: {', '.join(columns)})"
+    )
+
+
+# ---------------------------------------------------------------------------- cleaning
+
+
+def normalize(text: str | None) -> str:
+    """Unicode NFC with whitespace runs collapsed to one space and the ends trimmed."""
+    return " ".join(unicodedata.normalize("NFC", text or "").split())
+
+
+def clean(pairs: Sequence[Pair], drops: dict[str, int]) -> list[Pair]:
+    """Normalise both sides; drop pairs with an empty side (counted in drops['empty'])."""
+    kept = []
+    for src, tgt in tqdm(pairs, desc="clean", unit=" pairs", disable=None, leave=False):
+        src, tgt = normalize(src), normalize(tgt)
+        if src and tgt:
+            kept.append((src, tgt))
+    drops["empty"] = drops.get("empty", 0) + len(pairs) - len(kept)
+    return kept
+
+
+def source_key(text: str) -> str:
+    """What makes two source sentences 'the same' for leakage: case and spacing ignored."""
+    return " ".join(text.casefold().split())
+
+
+def split_by_source(
+    pairs: Sequence[Pair], sizes: dict[str, int], seed: int
+) -> dict[str, list[Pair]]:
+    """Cut held-out splits from `pairs`, keeping every source sentence's pairs together.
+
+    Groups are visited in an order fixed by a seeded hash of their key, so the split is the
+    same on every machine and Python version; a group goes whole to one split, hence no source
+    sentence of a held-out split occurs in train. Held-out splits are filled to their exact size
+    where group sizes allow; original row order is kept inside each split.
+    """
+    wanted = sum(sizes.values())
+    if wanted >= len(pairs):
+        names = " + ".join(f"data.{name}_size" for name in sizes)
+        raise ConfigError(f"{names} ({wanted}) is not smaller than the corpus ({len(pairs)} pairs)")
+    groups: dict[str, list[int]] = {}
+    for i, (src, _) in enumerate(pairs):
+        groups.setdefault(source_key(src), []).append(i)
+    order = sorted(groups, key=lambda k: hashlib.blake2b(f"{seed}\t{k}".encode()).digest())
+    chosen: dict[str, list[int]] = {name: [] for name in sizes}
+    taken: set[int] = set()
+    for name, size in sizes.items():
+        for key in order:
+            members = groups[key]
+            if len(chosen[name]) + len(members) <= size and members[0] not in taken:
+                chosen[name] += members
+                taken.update(members)
+                if len(chosen[name]) == size:
+                    break
+    out = {name: [pairs[i] for i in sorted(idx)] for name, idx in chosen.items()}
+    out["train"] = [p for i, p in enumerate(pairs) if i not in taken]
+    return out
+
+
+def dedup(pairs: Sequence[Pair]) -> list[Pair]:
+    """Exact duplicate pairs removed, first occurrence kept."""
+    return list(dict.fromkeys(pairs))
+
+
+# ---------------------------------------------------------------------------- pipeline
+
+
+def fingerprint(config: Config) -> str:
+    """Hash of everything that shapes the prepared data: settings, seed and input files."""
+    data = config.data
+    inputs: dict[str, Any] = {
+        "version": CACHE_VERSION,
+        "seed": config.run.seed,
+        "data": dataclasses.asdict(data),
+        "tokenizer": dataclasses.asdict(config.tokenizer),
+    }
+    if data.source == "files":
+        inputs["files"] = {
+            name: [_file_id(f) for f in getattr(data.files, name) or []] for name in SPLITS
+        }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def prepare(config: Config, rebuild: bool = False) -> Prepared:
+    """Load the cached data of this config, or build and cache it."""
+    run_dir = Path(config.run.dir)
+    cache = run_dir / "data"
+    fp = fingerprint(config)
+    tok_files = tok.tokenizer_files(
+        run_dir, config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
+    )
+    if not rebuild:
+        cached = _load_cache(cache, fp, tok_files)
+        if cached is not None:
+            return cached
+    prepared = _build(config, fp)
+    _write_cache(prepared, cache, tok_files)
+    return prepared
+
+
+def _build(config: Config, fp: str) -> Prepared:
+    data = config.data
+    raw = load_raw(data)
+    if "train" not in raw:
+        raise MtError(f"{data.name}: the dataset has no 'train' split (splits: {', '.join(raw)})")
+    drops: dict[str, int] = {}
+    corpus = {name: clean(pairs, drops) for name, pairs in raw.items() if name in SPLITS}
+    missing = {f"{n}": getattr(data, f"{n}_size") for n in ("test", "valid") if n not in corpus}
+    if missing:
+        corpus.update(split_by_source(corpus.pop("train"), missing, config.run.seed))
+    train = dedup(corpus["train"])
+    drops["duplicate"] = len(corpus["train"]) - len(train)
+    if not train:
+        raise MtError("no training pairs are left after cleaning")
+    src_tok, tgt_tok = tok.train_tokenizers(
+        [s for s, _ in train], [t for _, t in train], config.tokenizer
+    )
+    splits = {}
+    for name in SPLITS:
+        pairs = train if name == "train" else corpus[name]
+        src_text, tgt_text = [s for s, _ in pairs], [t for _, t in pairs]
+        src_ids, tgt_ids = tok.encode(src_tok, src_text), tok.encode(tgt_tok, tgt_text)
+        if name == "train":
+            keep = _length_filter(src_ids, tgt_ids, data.max_length, data.max_ratio, drops)
+            src_ids = [src_ids[i] for i in keep]
+            tgt_ids = [tgt_ids[i] for i in keep]
+            src_text, tgt_text = [], []  # the text of train is not needed after encoding
+        splits[name] = Split(
+            [np.asarray(x, np.int32) for x in src_ids],
+            [np.asarray(x, np.int32) for x in tgt_ids],
+            src_text,
+            tgt_text,
+        )
+    held_out = {
+        lang: [text for name in ("valid", "test") for text in getattr(splits[name], f"{lang}_text")]
+        for lang in ("src", "tgt")
+    }
+    stats = {
+        "fingerprint": fp,
+        "pairs": {name: len(split) for name, split in splits.items()},
+        "dropped": drops,
+        "tokens": {
+            name: {"src": int(sum(map(len, s.src))), "tgt": int(sum(map(len, s.tgt)))}
+            for name, s in splits.items()
+        },
+        "vocab_size": {"src": src_tok.get_vocab_size(), "tgt": tgt_tok.get_vocab_size()},
+        "round_trip": {
+            "src": tok.round_trip_rate(src_tok, held_out["src"]),
+            "tgt": tok.round_trip_rate(tgt_tok, held_out["tgt"]),
+            "sentences": len(held_out["src"]) + len(held_out["tgt"]),
+        },
+    }
+    return Prepared(splits, src_tok, tgt_tok, stats, reused=False)
+
+
+def _length_filter(
+    src: list[list[int]],
+    tgt: list[list[int]],
+    max_length: int,
+    max_ratio: float,
+    drops: dict[str, int],
+) -> list[int]:
+    """Indices of pairs within the length and ratio limits; the rest are counted in drops."""
+    src_len = np.fromiter(map(len, src), np.int64, len(src))
+    tgt_len = np.fromiter(map(len, tgt), np.int64, len(tgt))
+    too_long = (src_len > max_length) | (tgt_len > max_length)
+    ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
+    bad_ratio = ~too_long & (ratio > max_ratio)
+    drops["too_long"] = int(too_long.sum())
+    drops["ratio"] = int(bad_ratio.sum())
+    return np.flatnonzero(~(too_long | bad_ratio)).tolist()
+
+
+# ---------------------------------------------------------------------------- cache
+
+
+def _write_cache(prepared: Prepared, cache: Path, tok_files: tuple[Path, Path]) -> None:
+    """Write into a temporary folder, then swap it in: an interrupted write leaves the old cache."""
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name, split in prepared.splits.items():
+        np.savez(tmp / f"{name}.npz", **_flatten(split.src, "src"), **_flatten(split.tgt, "tgt"))
+        if split.src_text:
+            with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as f:
+                for src, tgt in zip(split.src_text, split.tgt_text):
+                    f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
+    for path, tokenizer in zip(tok_files, (prepared.src_tokenizer, prepared.tgt_tokenizer)):
+        atomic_write_text(path, tokenizer.to_str(pretty=True))
+    meta = {
+        "fingerprint": prepared.stats["fingerprint"],
+        "stats": prepared.stats,
+        "tokenizers": {p.name: _sha256(p) for p in tok_files},
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    old = cache.with_name(f"{cache.name}.old-{os.getpid()}")
+    if cache.exists():
+        cache.rename(old)
+    tmp.rename(cache)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared | None:
+    try:
+        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+        if meta["fingerprint"] != fp or any(
+            not p.is_file() or _sha256(p) != meta["tokenizers"].get(p.name) for p in tok_files
+        ):
+            return None
+        splits = {}
+        for name in SPLITS:
+            arrays = np.load(cache / f"{name}.npz")
+            texts = list(_read_jsonl(cache / f"{name}.jsonl")) if name != "train" else []
+            splits[name] = Split(
+                _unflatten(arrays, "src"),
+                _unflatten(arrays, "tgt"),
+                [t["src"] for t in texts],
+                [t["tgt"] for t in texts],
+            )
+        src_tok, tgt_tok = (Tokenizer.from_file(str(p)) for p in tok_files)
+    except (OSError, KeyError, ValueError):
+        return None  # missing or damaged cache: rebuild it
+    return Prepared(splits, src_tok, tgt_tok, meta["stats"], reused=True)
+
+
+def _flatten(seqs: list[np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))
+    flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
+    return {f"{prefix}_ids": flat.astype(np.int32), f"{prefix}_lengths": lengths}
+
+
+def _unflatten(arrays: Any, prefix: str) -> list[np.ndarray]:
+    ids, lengths = arrays[f"{prefix}_ids"], arrays[f"{prefix}_lengths"]
+    return np.split(ids, np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a file so that a reader sees the old or the new content, never a mix."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_pairs_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> list[Pair]:
+    """(source, target) pairs of a JSON Lines file, optionally gzipped, normalised."""
+    pairs = []
+    for number, row in enumerate(_read_jsonl(Path(path)), start=1):
+        if not isinstance(row, dict) or src_lang not in row or tgt_lang not in row:
+            raise MtError(f"{path}:{number}: expected an object with '{src_lang}' and '{tgt_lang}'")
+        pairs.append((normalize(row[src_lang]), normalize(row[tgt_lang])))
+    return pairs
+
+
+def _read_jsonl(path: Path) -> Iterator[Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise MtError(f"{path}:{number}: invalid JSON: {e.msg}") from None
+
+
+def _file_id(path: str) -> list[Any]:
+    stat = Path(path).stat()
+    return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- batching
+
+
+def token_batches(
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    max_tokens: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+) -> list[np.ndarray]:
+    """Sentence indices grouped into batches of at most `max_tokens` padded tokens.
+
+    Sentences are sorted by length (ties broken at random, so buckets differ between
+    epochs), packed greedily, and the batches are then shuffled. A batch costs
+    sentences x (longest source or target + 1 for EOS/BOS). The order depends only on
+    (seed, epoch): resuming rebuilds exactly the same epoch.
+    """
+    rng = np.random.default_rng([seed, epoch])
+    tie = rng.random(len(src_lengths)) if shuffle else np.arange(len(src_lengths))
+    order = np.lexsort((tie, src_lengths, tgt_lengths))
+    batches, start, longest = [], 0, 0
+    cost = np.maximum(src_lengths, tgt_lengths)[order] + 1
+    for i, c in enumerate(cost.tolist()):
+        longest_if_added = max(longest, c)
+        if i > start and (i - start + 1) * longest_if_added > max_tokens:
+            batches.append(order[start:i])
+            start, longest_if_added = i, c
+        longest = longest_if_added
+    if start < len(order):
+        batches.append(order[start:])
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def collate(split: Split, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Padded arrays for a batch: src + EOS, BOS + tgt (decoder input), tgt + EOS (labels)."""
+    from .model import BOS, EOS, PAD
+
+    src = [split.src[i] for i in index]
+    tgt = [split.tgt[i] for i in index]
+    src_len = max(map(len, src)) + 1
+    tgt_len = max(map(len, tgt)) + 1
+    src_ids = np.full((len(index), src_len), PAD, np.int64)
+    tgt_in = np.full((len(index), tgt_len), PAD, np.int64)
+    tgt_out = np.full((len(index), tgt_len), PAD, np.int64)
+    for row, (s, t) in enumerate(zip(src, tgt)):
+        src_ids[row, : len(s)] = s
+        src_ids[row, len(s)] = EOS
+        tgt_in[row, 0] = BOS
+        tgt_in[row, 1 : len(t) + 1] = t
+        tgt_out[row, : len(t)] = t
+        tgt_out[row, len(t)] = EOS
+    return src_ids, tgt_in, tgt_out
