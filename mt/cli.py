@@ -91,11 +91,10 @@ def format_summary(stats: dict) -> str:
         f"{'src mean':>10}{'tgt mean':>10}"
     ]
     for name, pairs in stats["pairs"].items():
-        tokens = stats["tokens"][name]
-        mean = lambda n: n / pairs if pairs else 0.0  # noqa: E731
+        src, tgt = stats["tokens"][name]["src"], stats["tokens"][name]["tgt"]
+        per_pair = max(pairs, 1)
         lines.append(
-            f"{name:<8}{pairs:>10,}{tokens['src']:>14,}{tokens['tgt']:>14,}"
-            f"{mean(tokens['src']):>10.1f}{mean(tokens['tgt']):>10.1f}"
+            f"{name:<8}{pairs:>10,}{src:>14,}{tgt:>14,}{src / per_pair:>10.1f}{tgt / per_pair:>10.1f}"
         )
     dropped = ", ".join(f"{why} {n:,}" for why, n in stats["dropped"].items())
     vocab, rt = stats["vocab_size"], stats["round_trip"]
