@@ -94,7 +94,8 @@ def format_summary(stats: dict) -> str:
         src, tgt = stats["tokens"][name]["src"], stats["tokens"][name]["tgt"]
         per_pair = max(pairs, 1)
         lines.append(
-            f"{name:<8}{pairs:>10,}{src:>14,}{tgt:>14,}{src / per_pair:>10.1f}{tgt / per_pair:>10.1f}"
+            f"{name:<8}{pairs:>10,}{src:>14,}{tgt:>14,}"
+            f"{src / per_pair:>10.1f}{tgt / per_pair:>10.1f}"
         )
     dropped = ", ".join(f"{why} {n:,}" for why, n in stats["dropped"].items())
     vocab, rt = stats["vocab_size"], stats["round_trip"]
