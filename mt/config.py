@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -172,9 +173,12 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
 
 
 def config_from_dict(raw: dict[str, Any], origin: str) -> Config:
-    """Rebuild a Config from its dictionary form (the run folder's config.yaml)."""
+    """Rebuild a Config from its dictionary form (a checkpoint's or run folder's copy).
+
+    Data files are not required to exist: a trained model travels without its corpus.
+    """
     config = _build(Config, raw, origin, "")
-    validate(config, origin)
+    validate(config, origin, check_files=False)
     return config
 
 
@@ -207,7 +211,7 @@ def apply_override(config: Config, item: str) -> None:
         raise ConfigError(f"{origin}: '{names[0]}' is a section; set one of its keys")
 
 
-def validate(config: Config, origin: str) -> None:
+def validate(config: Config, origin: str, check_files: bool = True) -> None:
     """Cross-key checks that a type alone cannot express."""
 
     def fail(key: str, message: str) -> None:
@@ -282,7 +286,7 @@ def validate(config: Config, origin: str) -> None:
     if config.data.source == "files":
         if not config.data.files.train:
             fail("data.files.train", "required when data.source is files")
-        for split in ("train", "valid", "test"):
+        for split in ("train", "valid", "test") if check_files else ():
             for file in getattr(config.data.files, split) or []:
                 if not Path(file).is_file():
                     fail(f"data.files.{split}", f"no such file: {file}")
@@ -358,6 +362,8 @@ def _convert(hint: Any, value: Any, origin: str, key: str) -> Any:
             raise ConfigError(f"{origin}: {key}: expected an integer, got {_describe(value)}")
         return value
     if hint is float:
+        if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", value):
+            value = float(value)  # YAML 1.1 reads 1e-3 and 1.0e3 as text, not as numbers
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{origin}: {key}: expected a number, got {_describe(value)}")
         return float(value)

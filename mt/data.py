@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import unicodedata
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,8 @@ def _load_files(files: list[str], key: str) -> Any:
     options: dict[str, Any] = {}
     if kind == "tsv":
         kind, options = "csv", {"delimiter": "\t", "quoting": 3}  # 3: csv.QUOTE_NONE
+    if kind == "csv":
+        options["keep_default_na"] = False  # a sentence "None", "NA" or "null" is text
     try:
         return datasets.load_dataset(kind, data_files=files, split="train", **options)
     except Exception as e:
@@ -349,7 +352,7 @@ def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared 
                 [t["tgt"] for t in texts],
             )
         src_tok, tgt_tok = (Tokenizer.from_file(str(p)) for p in tok_files)
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile, MtError):
         return None  # missing or damaged cache: rebuild it
     return Prepared(splits, src_tok, tgt_tok, meta["stats"], reused=True)
 

@@ -1,0 +1,235 @@
+"""Checkpoints: self-describing weights in safetensors, training state without pickled code.
+
+Layout of `<run.dir>/checkpoints/`:
+
+    step-00001000/model.safetensors   weights; metadata holds the config and the tokenizers
+    step-00001000/trainer.pt          optimiser, scaler, step, epoch, position, RNG, best score
+    last -> step-00001000             symbolic links, swapped atomically
+    best -> step-00000800
+
+A checkpoint folder is written under a temporary name, fsynced and renamed, and the links are
+replaced with an atomic rename, so killing the process at any moment leaves the previous
+`last` intact. `trainer.pt` holds only tensors and plain containers and is read with
+`torch.load(weights_only=True)`, which refuses to run pickled code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from .config import Config, MtError, config_from_dict
+
+FORMAT = "mt-checkpoint-1"
+WEIGHTS = "model.safetensors"
+TRAINER = "trainer.pt"
+STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+@dataclass
+class Loaded:
+    """What a checkpoint needs to translate: its model and the tokenizers it was trained with."""
+
+    model: torch.nn.Module
+    config: Config
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    path: Path
+    metadata: dict[str, str]
+
+
+def save(
+    ckpt_dir: Path,
+    step: int,
+    model: torch.nn.Module,
+    trainer_state: dict[str, Any],
+    config: Config,
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write `step-N/` atomically and return its path."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"step-{step:08d}"
+    tmp = ckpt_dir / f".{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_weights(tmp / WEIGHTS, model.state_dict(), metadata(config, tokenizers, step, extra))
+    torch.save(trainer_state, tmp / TRAINER)
+    for file in (tmp / WEIGHTS, tmp / TRAINER):
+        _fsync(file)
+    if final.exists():  # saved again at the same step (e.g. best and last): replace it whole
+        old = ckpt_dir / f".{final.name}.old-{os.getpid()}"
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(final)
+    _fsync(ckpt_dir)
+    return final
+
+
+def save_weights(path: Path, state_dict: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
+    """safetensors file of a state dict; tied parameters are stored once."""
+    seen: dict[int, str] = {}
+    tensors = {}
+    aliases = {}
+    for name, tensor in state_dict.items():
+        key = tensor.data_ptr()
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+            tensors[name] = tensor.detach().contiguous().cpu()
+    save_file(tensors, str(path), metadata=dict(meta, aliases=json.dumps(aliases)))
+
+
+def metadata(
+    config: Config,
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    step: int,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, str]:
+    """Everything needed to use the weights alone: config, tokenizers, step."""
+    src, tgt = tokenizers
+    return {
+        "format": FORMAT,
+        "step": str(step),
+        "config": json.dumps(config.to_dict()),
+        "src_tokenizer": src.to_str(),
+        "tgt_tokenizer": tgt.to_str(),
+        **{k: json.dumps(v) for k, v in (extra or {}).items()},
+    }
+
+
+def point(ckpt_dir: Path, name: str, target: Path) -> None:
+    """Make `ckpt_dir/name` (last, best) refer to `target`, atomically."""
+    tmp = ckpt_dir / f".{name}.tmp-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(target.name, tmp)
+    os.replace(tmp, ckpt_dir / name)
+    _fsync(ckpt_dir)
+
+
+def prune(ckpt_dir: Path, keep_last: int) -> None:
+    """Remove all but the newest `keep_last` step checkpoints and those best/last refer to."""
+    steps = sorted(
+        (int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := STEP_DIR.match(p.name))
+    )
+    keep = {p for _, p in steps[-keep_last:]}
+    keep |= {(ckpt_dir / link).resolve() for link in ("last", "best") if (ckpt_dir / link).exists()}
+    for _, path in steps:
+        if path.resolve() not in {k.resolve() for k in keep}:
+            shutil.rmtree(path, ignore_errors=True)
+    for leftover in ckpt_dir.glob(".step-*"):  # temporaries of an interrupted save
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def newest_steps(ckpt_dir: Path, count: int) -> list[Path]:
+    """Weights files of the newest `count` step checkpoints, oldest first."""
+    steps = sorted(
+        (int(m.group(1)), p)
+        for p in ckpt_dir.glob("step-*")
+        if (m := STEP_DIR.match(p.name)) and (p / WEIGHTS).is_file()
+    )
+    return [p / WEIGHTS for _, p in steps[-count:]]
+
+
+def average(files: list[Path], out: Path) -> None:
+    """Write the element-wise mean of the weights in `files` (same config) to `out`."""
+    if not files:
+        raise MtError("no checkpoints to average")
+    first, meta = load_weights(files[0])
+    aliases = json.loads(meta.get("aliases", "{}"))  # tied parameters: averaged once
+    total = {k: v.double() for k, v in first.items() if k not in aliases}
+    for file in files[1:]:
+        weights, other = load_weights(file)
+        if weights.keys() != first.keys() or other["config"] != meta["config"]:
+            raise MtError(f"{file}: not from the same model as {files[0]}; cannot average")
+        for key in total:
+            total[key] += weights[key].double()
+    averaged = {k: (v / len(files)).float() for k, v in total.items()}
+    for alias, name in aliases.items():
+        averaged[alias] = averaged[name]
+    meta = dict(meta, averaged=json.dumps([str(f) for f in files]))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    save_weights(tmp, averaged, meta)
+    _fsync(tmp)
+    os.replace(tmp, out)
+
+
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    return torch.load(path / TRAINER, map_location="cpu", weights_only=True)
+
+
+def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """State dict (aliases of tied parameters restored) and metadata of a weights file."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        tensors = load_file(str(path))
+    except Exception as e:  # safetensors raises several types for a damaged file
+        raise MtError(f"{path}: not a readable safetensors checkpoint ({e})") from None
+    if meta.get("format") != FORMAT:
+        raise MtError(f"{path}: not an mt checkpoint (no '{FORMAT}' metadata)")
+    for alias, name in json.loads(meta.get("aliases", "{}")).items():
+        tensors[alias] = tensors[name]
+    return tensors, meta
+
+
+def resolve(path: str | Path) -> Path:
+    """The weights file of a run folder (best, else last), a checkpoint folder or a file."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    for candidate in (path / "checkpoints" / "best", path / "checkpoints" / "last", path):
+        if (candidate / WEIGHTS).is_file():
+            return candidate / WEIGHTS
+    raise MtError(
+        f"{path}: no checkpoint found (expected a run folder, a checkpoint folder "
+        f"or a {WEIGHTS} file)"
+    )
+
+
+def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
+    """A model ready to translate, from anything `resolve` accepts."""
+    from .model import Transformer
+
+    file = resolve(path)
+    state, meta = load_weights(file)
+    config = config_from_dict(json.loads(meta["config"]), f"{file} (config)")
+    src_tok = Tokenizer.from_str(meta["src_tokenizer"])
+    tgt_tok = Tokenizer.from_str(meta["tgt_tokenizer"])
+    model = Transformer(
+        config.model,
+        src_tok.get_vocab_size(),
+        tgt_tok.get_vocab_size(),
+        joint=config.tokenizer.joint,
+    )
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise MtError(
+            f"{file}: the weights do not match their tokenizers or config: "
+            f"{' '.join(str(e).split())[:300]}"
+        ) from None
+    model.to(device).eval()
+    return Loaded(model, config, src_tok, tgt_tok, file, meta)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,544 @@
+"""The training loop: token batches, label smoothing, the warm-up schedule, validation,
+checkpoints and exact resume.
+
+A run can be stopped at any moment (Ctrl-C, SIGTERM, a wall-clock budget) and resumed with
+the same command; on CPU the resumed run ends with the same weights as one never stopped.
+The same code runs under `torchrun` with DistributedDataParallel: every rank trains on its
+own share of each epoch's batches, only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from . import checkpoint
+from .config import Config, ConfigError, MtError, diff_configs, dump_config
+from .data import Prepared, Split, atomic_write_text, collate, prepare, token_batches
+from .model import PAD, Transformer
+
+# Keys that may change between a stop and a resume: they decide when to stop, not what is
+# computed, so the resumed run still matches an uninterrupted one.
+RESUMABLE_KEYS = {
+    "train.max_steps",
+    "train.max_epochs",
+    "train.max_minutes",
+    "train.patience",
+    "train.eval_examples",
+    "train.log_every",
+    "train.keep_last",
+    "run.device",
+}
+MAX_BAD_UPDATES = 5  # consecutive non-finite losses before training gives up
+
+
+@dataclass
+class TrainState:
+    """Everything besides the weights that an exact resume needs."""
+
+    step: int = 0  # optimiser updates done
+    epoch: int = 0
+    batch: int = 0  # batches of this epoch already consumed (by this rank)
+    best_bleu: float = -1.0
+    bad_evals: int = 0  # validations since the best one
+    elapsed: float = 0.0  # training seconds over all sessions of this run
+    target_tokens: int = 0
+    rng: dict[str, Any] = field(default_factory=dict)
+
+
+def learning_rate(step: int, cfg: Config) -> float:
+    """The rate for update `step` (1-based): warm-up, then decay with 1/sqrt(step)."""
+    t, step = cfg.train, max(step, 1)
+    if t.schedule == "noam":  # the paper, eq. 3
+        return t.lr_scale * cfg.model.d_model**-0.5 * min(step**-0.5, step * t.warmup_steps**-1.5)
+    return t.lr * min(step / t.warmup_steps, (t.warmup_steps / step) ** 0.5)  # inverse_sqrt
+
+
+def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
+    """Label-smoothed cross-entropy and plain NLL, both summed over non-PAD targets.
+
+    One log_softmax serves both: loss = (1 - eps) * nll + eps * mean over the vocabulary of
+    -log p, i.e. cross-entropy against (1 - eps) on the reference and eps spread uniformly.
+    """
+    lprobs = F.log_softmax(logits.float(), dim=-1).flatten(0, -2)  # (N, V)
+    target = target.flatten()  # (N,)
+    keep = target != PAD
+    nll = -lprobs.gather(1, target.unsqueeze(1)).squeeze(1)[keep].sum()
+    uniform = -lprobs[keep].mean(dim=-1).sum()
+    return (1.0 - epsilon) * nll + epsilon * uniform, nll.detach()
+
+
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank)
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"run.device: {name} requested but CUDA is not available")
+    return torch.device(name)
+
+
+def precision_for(name: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype, or None for plain float32."""
+    if name == "fp32" or (name == "auto" and device.type != "cuda"):
+        return None
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+class StopSignal:
+    """Turns SIGINT/SIGTERM into a flag: the current update finishes, then the run saves."""
+
+    def __init__(self) -> None:
+        self.caught: str | None = None
+        self.previous = {}
+
+    def __enter__(self) -> StopSignal:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.caught = signal.Signals(signum).name
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+class Trainer:
+    def __init__(self, config: Config, restart: bool = False, resume_hint: str = "") -> None:
+        self.config, self.resume_hint = config, resume_hint
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.device = pick_device(config.run.device, int(os.environ.get("LOCAL_RANK", "0")))
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        self.main = self.rank == 0
+        self.run_dir = Path(config.run.dir)
+        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+
+        resume = self._check_resume(restart)
+        if self.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.run_dir / "config.yaml", dump_config(config))
+            self.data = prepare(config)
+        self._barrier()
+        if not self.main:
+            self.data = prepare(config)
+        self.train_split = self.data.splits["train"]
+        self.src_lengths = np.fromiter(map(len, self.train_split.src), np.int64)
+        self.tgt_lengths = np.fromiter(map(len, self.train_split.tgt), np.int64)
+
+        torch.manual_seed(config.run.seed)
+        self.model = Transformer(
+            config.model,
+            self.data.src_tokenizer.get_vocab_size(),
+            self.data.tgt_tokenizer.get_vocab_size(),
+            joint=config.tokenizer.joint,
+        ).to(self.device)
+        t = config.train
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(),
+            lr=learning_rate(1, config),
+            betas=(0.9, 0.98),
+            eps=1e-9,
+            weight_decay=t.weight_decay,
+            fused=self.device.type == "cuda",
+        )
+        self.autocast = precision_for(t.precision, self.device)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
+        self.state = TrainState()
+        self._saved_step = -1
+        if resume is not None:
+            self._load(resume)
+        self.net: torch.nn.Module = self.model
+        if self.world > 1:
+            self.net = torch.nn.parallel.DistributedDataParallel(self.model)
+        if t.compile:
+            self.net = torch.compile(self.net)
+
+    # ------------------------------------------------------------------ resume
+
+    def _check_resume(self, restart: bool) -> Path | None:
+        """The `last` checkpoint to resume from, None to start, or an error if configs differ."""
+        last = self.ckpt_dir / "last"
+        if restart:
+            if self.main:
+                shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+                self.metrics_path.unlink(missing_ok=True)
+            self._barrier()
+            return None
+        if not (last / checkpoint.WEIGHTS).is_file():
+            return None
+        _, meta = checkpoint.load_weights(last / checkpoint.WEIGHTS)
+        differing = [
+            k
+            for k in diff_configs(json.loads(meta["config"]), self.config.to_dict())
+            if k not in RESUMABLE_KEYS
+        ]
+        if differing:
+            raise ConfigError(
+                f"{self.run_dir}: the config differs from the run's checkpoint in "
+                f"{', '.join(differing)}; use the same config to resume, --restart to start "
+                "over, or another run.dir"
+            )
+        return last.resolve()
+
+    def _load(self, path: Path) -> None:
+        weights, _ = checkpoint.load_weights(path / checkpoint.WEIGHTS)
+        self.model.load_state_dict(weights)
+        saved = checkpoint.load_trainer_state(path)
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scaler.load_state_dict(saved["scaler"])
+        self.state = TrainState(**saved["state"])
+        torch.set_rng_state(self.state.rng["cpu"])
+        if torch.cuda.is_available() and "cuda" in self.state.rng:
+            torch.cuda.set_rng_state_all(self.state.rng["cuda"])
+        if self.main:
+            self._truncate_metrics(self.state.step)
+            tqdm.write(f"resuming from {path} (step {self.state.step}, epoch {self.state.epoch})")
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Forget metrics logged after the checkpoint: they are about to be redone."""
+        if self.metrics_path.is_file():
+            lines = self.metrics_path.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = [line for line in lines if json.loads(line)["step"] <= step]
+            atomic_write_text(self.metrics_path, "".join(kept))
+
+    # ------------------------------------------------------------------ the loop
+
+    def batches(self):
+        """Endless (epoch, index, batch) stream, resuming at the saved position."""
+        t = self.config.train
+        while True:
+            epoch = self.state.epoch
+            batches = token_batches(
+                self.src_lengths, self.tgt_lengths, t.max_tokens, self.config.run.seed, epoch
+            )
+            per_rank = len(batches) // self.world  # equal counts: ranks must step together
+            mine = batches[self.rank * per_rank : (self.rank + 1) * per_rank]
+            for index in range(self.state.batch, len(mine)):
+                yield epoch, index, mine[index]
+            self.state.epoch, self.state.batch = epoch + 1, 0
+
+    def run(self) -> dict[str, Any]:
+        """Train until a stopping rule fires; returns how it ended."""
+        with StopSignal() as stop:
+            reason = self._loop(stop)
+        if self.main:
+            tqdm.write(f"training stopped at step {self.state.step}: {reason}")
+            if stop.caught:
+                tqdm.write(f"resume with: {self.resume_hint or 'the same mt train command'}")
+        if self.world > 1:
+            dist.destroy_process_group()
+        return {
+            "step": self.state.step,
+            "epoch": self.state.epoch,
+            "reason": reason,
+            "best_bleu": self.state.best_bleu,
+        }
+
+    def _limit(self) -> str:
+        t, state = self.config.train, self.state
+        if t.max_steps and state.step >= t.max_steps:
+            return f"reached train.max_steps ({t.max_steps})"
+        if t.max_epochs and state.epoch >= t.max_epochs:
+            return f"reached train.max_epochs ({t.max_epochs})"
+        return ""
+
+    def _loop(self, stop: StopSignal) -> str:
+        t, state = self.config.train, self.state
+        stream = self.batches()
+        bar = tqdm(
+            total=t.max_steps or None,
+            initial=state.step,
+            unit="step",
+            desc="train",
+            disable=not self.main,
+            dynamic_ncols=True,
+        )
+        window = dict.fromkeys(("loss", "nll", "tokens", "padded", "cells", "seconds"), 0.0)
+        session_start, elapsed_before = time.perf_counter(), state.elapsed
+        bad_updates, evaluated_at = 0, -1
+        reason = self._limit()
+        while not reason:
+            started = time.perf_counter()
+            group = [next(stream) for _ in range(t.accum_steps)]
+            loss, nll, tokens, padded, cells = self._update(group)
+            state.epoch, state.batch = group[-1][0], group[-1][1] + 1
+            seconds = time.perf_counter() - started
+            state.elapsed = elapsed_before + time.perf_counter() - session_start
+            if not math.isfinite(loss):
+                bad_updates += 1
+                tqdm.write(f"warning: non-finite loss at step {state.step + 1}; update skipped")
+                if bad_updates >= MAX_BAD_UPDATES:
+                    raise MtError(
+                        f"{bad_updates} non-finite losses in a row at step {state.step + 1}; "
+                        f"the last good checkpoint is {self.ckpt_dir / 'last'}; "
+                        "lower the learning rate or set train.clip_norm"
+                    )
+                continue
+            bad_updates = 0
+            state.step += 1
+            state.target_tokens += tokens
+            for key, value in zip(window, (loss, nll, tokens, padded, cells, seconds)):
+                window[key] += value
+            bar.update(1)
+            if state.step % t.log_every == 0:
+                self._log_train(window, bar)
+                window = dict.fromkeys(window, 0.0)
+            if state.step % t.eval_every == 0:
+                evaluated_at = state.step
+                if self._validate():
+                    reason = f"no better validation BLEU in {t.patience} validations"
+            out_of_time = t.max_minutes and state.elapsed > t.max_minutes * 60
+            signalled, out_of_time = self._agree(
+                [float(stop.caught is not None), float(bool(out_of_time))]
+            )
+            if signalled:  # finish quickly: save, no validation
+                reason = f"stopped by {stop.caught or 'a signal on another rank'}"
+            elif out_of_time:
+                reason = f"reached train.max_minutes ({t.max_minutes:g})"
+            reason = reason or self._limit()
+            if reason and not signalled and evaluated_at != state.step:
+                self._validate()
+            if reason or state.step % t.save_every == 0:
+                self._save()
+        bar.close()
+        return reason
+
+    def _update(self, group) -> tuple[float, float, int, int, int]:
+        """One optimiser update over `group` batches; losses normalised by target tokens."""
+        t = self.config.train
+        batches = [
+            tuple(torch.from_numpy(a) for a in collate(self.train_split, idx))
+            for _, _, idx in group
+        ]
+        tokens = sum(int((tgt_out != PAD).sum()) for _, _, tgt_out in batches)
+        global_tokens = self._agree([float(tokens)], op="sum")[0]
+        # DDP averages gradients over ranks: scale so the result is the per-token mean
+        norm = global_tokens / self.world
+        self.model.train()
+        loss_sum = nll_sum = 0.0
+        for i, (src, tgt_in, tgt_out) in enumerate(batches):
+            src, tgt_in, tgt_out = (
+                x.to(self.device, non_blocking=True) for x in (src, tgt_in, tgt_out)
+            )
+            sync = i == len(batches) - 1 or self.world == 1
+            with (
+                self._no_sync(not sync),
+                torch.autocast(
+                    self.device.type,
+                    self.autocast or torch.float32,
+                    enabled=self.autocast is not None,
+                ),
+            ):
+                logits = self.net(src, tgt_in)
+                loss, nll = smoothed_loss(logits, tgt_out, t.label_smoothing)
+            self.scaler.scale(loss / norm).backward()
+            loss_sum += loss.item()
+            nll_sum += nll.item()
+        loss_sum, nll_sum = self._agree([loss_sum, nll_sum], op="sum")
+        if not math.isfinite(loss_sum):
+            self.optimizer.zero_grad(set_to_none=True)
+            return loss_sum, nll_sum, tokens, 0, 0
+        lr = learning_rate(self.state.step + 1, self.config)
+        for group_ in self.optimizer.param_groups:
+            group_["lr"] = lr
+        self.scaler.unscale_(self.optimizer)
+        if t.clip_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        padded = sum(int((s == PAD).sum() + (o == PAD).sum()) for s, _, o in batches)
+        cells = sum(s.numel() + o.numel() for s, _, o in batches)
+        return loss_sum / global_tokens, nll_sum / global_tokens, tokens, padded, cells
+
+    def _no_sync(self, skip: bool):
+        from contextlib import nullcontext
+
+        return self.net.no_sync() if skip and hasattr(self.net, "no_sync") else nullcontext()
+
+    def _agree(self, values: list[float], op: str = "max") -> list[float]:
+        """Combine per-rank numbers so every rank takes the same decision."""
+        if self.world == 1:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(tensor, dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return tensor.tolist()
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    # ------------------------------------------------------------------ logging
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if self.main:
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _log_train(self, window: dict[str, float], bar: tqdm) -> None:
+        tokens = window["tokens"] * self.world  # every rank trains on as many tokens
+        steps = self.config.train.log_every
+        record = {
+            "kind": "train",
+            "step": self.state.step,
+            "epoch": self.state.epoch,
+            "loss": window["loss"] / steps,
+            "nll": window["nll"] / steps,
+            "ppl": math.exp(min(window["nll"] / steps, 50)),
+            "lr": learning_rate(self.state.step, self.config),
+            "tokens_per_s": tokens / max(window["seconds"], 1e-9),
+            "padding": window["padded"] / max(window["cells"], 1),
+            "elapsed_s": self.state.elapsed,
+        }
+        self._log(record)
+        bar.set_postfix(
+            loss=f"{record['loss']:.3f}",
+            lr=f"{record['lr']:.2e}",
+            tok_s=f"{record['tokens_per_s']:,.0f}",
+            refresh=False,
+        )
+
+    # ------------------------------------------------------------------ validation
+
+    def _validate(self) -> bool:
+        """Validate, track the best BLEU; True when patience is exhausted."""
+        from .evaluate import score, translate
+
+        t, state = self.config.train, self.state
+        valid = self.data.splits["valid"]
+        if not len(valid):
+            return False
+        self.model.eval()
+        loss, nll, _ = validation_loss(
+            self.model, valid, t.max_tokens, t.label_smoothing, self.device
+        )
+        subset = validation_subset(len(valid), t.eval_sentences, self.config.run.seed)
+        sources = [valid.src_text[i] for i in subset]
+        references = [valid.tgt_text[i] for i in subset]
+        hypotheses = translate(
+            self.model,
+            self.data.src_tokenizer,
+            self.data.tgt_tokenizer,
+            sources,
+            self.config.decode,
+            beam=1,
+            device=self.device,
+        )
+        bleu = score(hypotheses, references)["bleu"]
+        improved = bleu > state.best_bleu
+        if improved:
+            state.best_bleu, state.bad_evals = bleu, 0
+        else:
+            state.bad_evals += 1
+        record = {
+            "kind": "valid",
+            "step": state.step,
+            "epoch": state.epoch,
+            "loss": loss,
+            "nll": nll,
+            "ppl": math.exp(min(nll, 50)),
+            "bleu": bleu,
+            "sentences": len(subset),
+            "elapsed_s": state.elapsed,
+        }
+        self._log(record)
+        if self.main:
+            tqdm.write(
+                f"step {state.step}: valid loss {loss:.3f}, ppl {record['ppl']:.2f}, "
+                f"BLEU {bleu:.2f} (best {state.best_bleu:.2f})"
+            )
+            examples = [
+                f"  src: {sources[i]}\n  ref: {references[i]}\n  hyp: {hypotheses[i]}"
+                for i in range(min(t.eval_examples, len(sources)))
+            ]
+            if examples:
+                tqdm.write("\n".join(examples))
+            if improved:
+                checkpoint.point(self.ckpt_dir, "best", self._save())
+        return bool(t.patience) and state.bad_evals >= t.patience
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _save(self) -> Path:
+        """Save `step-N`, point `last` at it, prune old ones (rank 0 only)."""
+        path = self.ckpt_dir / f"step-{self.state.step:08d}"
+        if not self.main or self._saved_step == self.state.step:
+            return path
+        self._saved_step = self.state.step
+        self.state.rng = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            self.state.rng["cuda"] = torch.cuda.get_rng_state_all()
+        trainer_state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "state": self.state.__dict__,
+        }
+        extra = {"best_bleu": self.state.best_bleu, "epoch": self.state.epoch}
+        path = checkpoint.save(
+            self.ckpt_dir,
+            self.state.step,
+            self.model,
+            trainer_state,
+            self.config,
+            (self.data.src_tokenizer, self.data.tgt_tokenizer),
+            extra,
+        )
+        checkpoint.point(self.ckpt_dir, "last", path)
+        checkpoint.prune(self.ckpt_dir, self.config.train.keep_last)
+        return path
+
+
+@torch.no_grad()
+def validation_loss(
+    model: Transformer, split: Split, max_tokens: int, epsilon: float, device: torch.device
+) -> tuple[float, float, int]:
+    """Label-smoothed loss and NLL per target token over a whole split."""
+    src_lengths = np.fromiter(map(len, split.src), np.int64)
+    tgt_lengths = np.fromiter(map(len, split.tgt), np.int64)
+    loss_sum = nll_sum = 0.0
+    tokens = 0
+    limit = model.cfg.max_positions - 1
+    for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
+        src, tgt_in, tgt_out = (
+            torch.from_numpy(a[:, :limit]).to(device) for a in collate(split, index)
+        )
+        loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon)
+        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        tokens += int((tgt_out != PAD).sum())
+    return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), tokens
+
+
+def validation_subset(size: int, wanted: int, seed: int) -> list[int]:
+    """A fixed random subset of the validation split (sorted), or all of it."""
+    if not wanted or wanted >= size:
+        return list(range(size))
+    return sorted(np.random.default_rng(seed).choice(size, wanted, replace=False).tolist())
+
+
+def train(config: Config, restart: bool = False, resume_hint: str = "") -> dict[str, Any]:
+    return Trainer(config, restart, resume_hint).run()
+
+
+__all__ = ["Prepared", "Trainer", "learning_rate", "smoothed_loss", "train"]

@@ -1,0 +1,164 @@
+"""Training speed of our Transformer against torch.nn.Transformer of the same shape.
+
+Both models train on identical token batches (the Tatoeba training data, our bucketing),
+in alternating blocks inside one process, so machine noise hits both alike. Prints one JSON
+object: target tokens per second for each, and their ratio (ours / reference).
+
+    python scripts/bench_train_speed.py --data ../shared/data [--steps 40] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from mt.config import load_config
+from mt.data import collate, prepare, token_batches
+from mt.model import PAD, Transformer, sinusoids
+from mt.train import precision_for, smoothed_loss
+
+
+class Reference(nn.Module):
+    """torch.nn.Transformer with the same embeddings, positions and tied output as ours."""
+
+    def __init__(self, cfg, vocab: int):
+        super().__init__()
+        self.d = cfg.d_model
+        self.embed = nn.Embedding(vocab, cfg.d_model, padding_idx=PAD)
+        self.core = nn.Transformer(
+            cfg.d_model,
+            cfg.heads,
+            cfg.encoder_layers,
+            cfg.decoder_layers,
+            cfg.d_ff,
+            cfg.dropout,
+            batch_first=True,
+        )
+        self.out = nn.Linear(cfg.d_model, vocab, bias=False)
+        self.out.weight = self.embed.weight
+        self.register_buffer("pe", sinusoids(cfg.max_positions, cfg.d_model), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, src, tgt_in):
+        def embed(x):
+            return self.drop(self.embed(x) * math.sqrt(self.d) + self.pe[: x.size(1)])
+
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), device=src.device)
+        h = self.core(
+            embed(src),
+            embed(tgt_in),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=src == PAD,
+            memory_key_padding_mask=src == PAD,
+        )
+        return self.out(h)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="../shared/data")
+    parser.add_argument("--config", default="tatoeba_cpu.yaml")
+    parser.add_argument("--steps", type=int, default=40, help="timed updates per model")
+    parser.add_argument("--blocks", type=int, default=4, help="alternating blocks")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--set", action="append", default=[], dest="overrides")
+    args = parser.parse_args()
+
+    data = Path(args.data)
+    config = load_config(
+        args.config,
+        [
+            f"data.files.train={data / 'tatoeba_en_es.train.jsonl.gz'}",
+            f"data.files.valid={data / 'tatoeba_en_es.valid.jsonl.gz'}",
+            f"data.files.test={data / 'tatoeba_en_es.test.jsonl.gz'}",
+            "run.dir=runs/bench-data",
+            *args.overrides,
+        ],
+    )
+    prepared = prepare(config)
+    split = prepared.splits["train"]
+    src_len = np.fromiter(map(len, split.src), np.int64)
+    tgt_len = np.fromiter(map(len, split.tgt), np.int64)
+    batches = token_batches(src_len, tgt_len, config.train.max_tokens, 0, 0)
+    device = torch.device(args.device)
+    dtype = precision_for(config.train.precision, device)
+    vocab = prepared.src_tokenizer.get_vocab_size()
+
+    torch.manual_seed(0)
+    models = {
+        "ours": Transformer(config.model, vocab, vocab),
+        "torch.nn.Transformer": Reference(config.model, vocab),
+    }
+    for model in models.values():
+        model.to(device).train()
+    optimizers = {
+        name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        for name, m in models.items()
+    }
+    tensors = [
+        [torch.from_numpy(a).to(device) for a in collate(split, b)]
+        for b in batches[: args.steps * args.blocks + 3]
+    ]
+
+    def step(name: str, batch) -> int:
+        src, tgt_in, tgt_out = batch
+        with torch.autocast(device.type, dtype or torch.float32, enabled=dtype is not None):
+            loss, _ = smoothed_loss(models[name](src, tgt_in), tgt_out, 0.1)
+        ntok = int((tgt_out != PAD).sum())
+        (loss / ntok).backward()
+        optimizers[name].step()
+        optimizers[name].zero_grad(set_to_none=True)
+        return ntok
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for name in models:  # warm-up: allocator, kernels
+        for batch in tensors[:3]:
+            step(name, batch)
+    tokens = dict.fromkeys(models, 0)
+    seconds = dict.fromkeys(models, 0.0)
+    for block in range(args.blocks):
+        chunk = tensors[3 + block * args.steps : 3 + (block + 1) * args.steps]
+        order = list(models) if block % 2 == 0 else list(reversed(models))
+        for name in order:
+            sync()
+            start = time.perf_counter()
+            for batch in chunk:
+                tokens[name] += step(name, batch)
+            sync()
+            seconds[name] += time.perf_counter() - start
+    speed = {name: tokens[name] / seconds[name] for name in models}
+    cells = sum(b[0].numel() + b[2].numel() for b in tensors)
+    pads = sum(int((b[0] == PAD).sum() + (b[2] == PAD).sum()) for b in tensors)
+    print(
+        json.dumps(
+            {
+                "device": str(device),
+                "precision": str(dtype or "float32"),
+                "shape": {
+                    k: getattr(config.model, k)
+                    for k in ("d_model", "heads", "encoder_layers", "decoder_layers", "d_ff")
+                },
+                "max_tokens": config.train.max_tokens,
+                "updates_per_model": args.steps * args.blocks,
+                "tokens_per_s": speed,
+                "ratio_ours_over_reference": speed["ours"] / speed["torch.nn.Transformer"],
+                "padding": pads / cells,
+                "threads": torch.get_num_threads(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
