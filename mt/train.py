@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,11 @@ class TrainState:
     elapsed: float = 0.0  # training seconds over all sessions of this run
     target_tokens: int = 0
     rng: dict[str, Any] = field(default_factory=dict)
+
+
+def say(message: str) -> None:
+    """A line for the person watching, on stderr, without breaking the progress bar."""
+    tqdm.write(message, file=sys.stderr)
 
 
 def learning_rate(step: int, cfg: Config) -> float:
@@ -214,7 +220,7 @@ class Trainer:
             torch.cuda.set_rng_state_all(self.state.rng["cuda"])
         if self.main:
             self._truncate_metrics(self.state.step)
-            tqdm.write(f"resuming from {path} (step {self.state.step}, epoch {self.state.epoch})")
+            say(f"resuming from {path} (step {self.state.step}, epoch {self.state.epoch})")
 
     def _truncate_metrics(self, step: int) -> None:
         """Forget metrics logged after the checkpoint: they are about to be redone."""
@@ -244,9 +250,9 @@ class Trainer:
         with StopSignal() as stop:
             reason = self._loop(stop)
         if self.main:
-            tqdm.write(f"training stopped at step {self.state.step}: {reason}")
+            say(f"training stopped at step {self.state.step}: {reason}")
             if stop.caught:
-                tqdm.write(f"resume with: {self.resume_hint or 'the same mt train command'}")
+                say(f"resume with: {self.resume_hint or 'the same mt train command'}")
         if self.world > 1:
             dist.destroy_process_group()
         return {
@@ -288,7 +294,7 @@ class Trainer:
             state.elapsed = elapsed_before + time.perf_counter() - session_start
             if not math.isfinite(loss):
                 bad_updates += 1
-                tqdm.write(f"warning: non-finite loss at step {state.step + 1}; update skipped")
+                say(f"warning: non-finite loss at step {state.step + 1}; update skipped")
                 if bad_updates >= MAX_BAD_UPDATES:
                     raise MtError(
                         f"{bad_updates} non-finite losses in a row at step {state.step + 1}; "
@@ -465,7 +471,7 @@ class Trainer:
         }
         self._log(record)
         if self.main:
-            tqdm.write(
+            say(
                 f"step {state.step}: valid loss {loss:.3f}, ppl {record['ppl']:.2f}, "
                 f"BLEU {bleu:.2f} (best {state.best_bleu:.2f})"
             )
@@ -474,7 +480,7 @@ class Trainer:
                 for i in range(min(t.eval_examples, len(sources)))
             ]
             if examples:
-                tqdm.write("\n".join(examples))
+                say("\n".join(examples))
             if improved:
                 checkpoint.point(self.ckpt_dir, "best", self._save())
         return bool(t.patience) and state.bad_evals >= t.patience

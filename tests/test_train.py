@@ -1,0 +1,356 @@
+"""Training: loss, schedule, exact resume, stopping rules, checkpoints, signals, DDP."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mt import checkpoint
+from mt.config import Config, ConfigError, MtError, load_config
+from mt.model import PAD
+from mt.train import Trainer, learning_rate, smoothed_loss, train
+
+from conftest import HELD_OUT, mt_executable
+
+
+def tiny_config(corpus: Path, run_dir: Path, *overrides: str) -> Config:
+    return load_config(
+        "tiny.yaml",
+        [
+            f"data.files.train={corpus}",
+            f"run.dir={run_dir}",
+            f"data.valid_size={HELD_OUT}",
+            f"data.test_size={HELD_OUT}",
+            "train.max_tokens=200",
+            "train.eval_sentences=4",
+            "train.eval_examples=0",
+            *overrides,
+        ],
+    )
+
+
+def weights(run_dir: Path, name: str = "last") -> dict[str, torch.Tensor]:
+    state, _ = checkpoint.load_weights(run_dir / "checkpoints" / name / checkpoint.WEIGHTS)
+    return state
+
+
+def metric_lines(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+# ----------------------------------------------------------------------------- loss and schedule
+
+
+def test_smoothed_loss_matches_torch_cross_entropy():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11)
+    target = torch.randint(4, 11, (3, 5))
+    target[0, 3:] = PAD
+    target[2, 1:] = PAD
+    loss, nll = smoothed_loss(logits, target, 0.1)
+    flat = logits.flatten(0, 1), target.flatten()
+    expected = F.cross_entropy(*flat, ignore_index=PAD, label_smoothing=0.1, reduction="sum")
+    plain = F.cross_entropy(*flat, ignore_index=PAD, reduction="sum")
+    assert torch.allclose(loss, expected, atol=1e-5)
+    assert torch.allclose(nll, plain, atol=1e-5)
+    assert loss > nll  # smoothing costs something on a confident-free random model
+
+
+def test_noam_schedule_is_the_papers_formula():
+    cfg = Config()
+    cfg.train.schedule, cfg.train.warmup_steps, cfg.model.d_model = "noam", 4000, 512
+    for step in (1, 100, 4000, 4001, 100000):
+        paper = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+        assert learning_rate(step, cfg) == pytest.approx(paper)
+    peak = max(range(1, 10000, 7), key=lambda s: learning_rate(s, cfg))
+    assert abs(peak - 4000) <= 7
+
+
+def test_inverse_sqrt_schedule_peaks_at_lr():
+    cfg = Config()
+    cfg.train.schedule, cfg.train.warmup_steps, cfg.train.lr = "inverse_sqrt", 100, 1e-3
+    assert learning_rate(50, cfg) == pytest.approx(5e-4)
+    assert learning_rate(100, cfg) == pytest.approx(1e-3)
+    assert learning_rate(400, cfg) == pytest.approx(5e-4)
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def test_run_folder_has_config_tokenizer_metrics_checkpoints(corpus_file, tmp_path):
+    run = tmp_path / "run"
+    result = train(
+        tiny_config(
+            corpus_file,
+            run,
+            "train.max_steps=4",
+            "train.eval_every=2",
+            "train.save_every=2",
+            "train.log_every=1",
+        )
+    )
+    assert result["step"] == 4 and "max_steps" in result["reason"]
+    assert load_config(run / "config.yaml").train.max_steps == 4
+    assert (run / "tokenizer.json").is_file()
+    kinds = [(m["kind"], m["step"]) for m in metric_lines(run)]
+    assert kinds.count(("valid", 2)) == 1 and kinds.count(("valid", 4)) == 1
+    assert [s for k, s in kinds if k == "train"] == [1, 2, 3, 4]
+    ckpts = run / "checkpoints"
+    assert (ckpts / "last").resolve().name == "step-00000004"
+    assert (ckpts / "best").resolve().parent == ckpts.resolve()
+    state = checkpoint.load_trainer_state((ckpts / "last").resolve())  # weights_only load
+    assert state["state"]["step"] == 4
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(corpus_file, tmp_path):
+    common = ("train.eval_every=3", "train.save_every=100", "train.log_every=1")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(tiny_config(corpus_file, straight, "train.max_steps=8", *common))
+    train(tiny_config(corpus_file, resumed, "train.max_steps=5", *common))
+    assert not all(
+        torch.equal(a, b) for a, b in zip(weights(straight).values(), weights(resumed).values())
+    )
+    train(tiny_config(corpus_file, resumed, "train.max_steps=8", *common))
+    a, b = weights(straight), weights(resumed)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    # the same training curve, minus the stopped run's extra validation at its last step
+    drop = ("elapsed_s", "tokens_per_s")
+    curves = [
+        [
+            {k: v for k, v in m.items() if k not in drop}
+            for m in metric_lines(run)
+            if m["kind"] == "train" or m["step"] % 3 == 0
+        ]
+        for run in (straight, resumed)
+    ]
+    assert curves[0] == curves[1] and len(curves[0]) == 10
+
+
+def test_same_seed_same_metrics(corpus_file, tmp_path):
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        train(tiny_config(corpus_file, run, "train.max_steps=3", "train.log_every=1"))
+    drop = ("elapsed_s", "tokens_per_s")
+    a, b = ([{k: v for k, v in m.items() if k not in drop} for m in metric_lines(r)] for r in runs)
+    assert a == b and len(a) >= 3
+
+
+def test_changed_config_is_refused_naming_the_keys_and_restart_starts_over(corpus_file, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_config(corpus_file, run, "train.max_steps=2"))
+    with pytest.raises(ConfigError, match=r"model\.dropout.*--restart"):
+        Trainer(tiny_config(corpus_file, run, "train.max_steps=4", "model.dropout=0.2"))
+    assert (run / "checkpoints" / "last").resolve().name == "step-00000002"  # untouched
+    result = train(
+        tiny_config(corpus_file, run, "train.max_steps=1", "model.dropout=0.2"), restart=True
+    )
+    assert result["step"] == 1
+    assert [m["step"] for m in metric_lines(run)] == [1]
+
+
+def test_early_stopping_and_time_budget(corpus_file, tmp_path):
+    # a tiny model's BLEU stays flat: the second validation cannot beat the first
+    result = train(
+        tiny_config(
+            corpus_file,
+            tmp_path / "a",
+            "train.max_steps=50",
+            "train.eval_every=1",
+            "train.patience=1",
+        )
+    )
+    assert result["step"] == 2 and "no better validation BLEU" in result["reason"]
+    result = train(
+        tiny_config(corpus_file, tmp_path / "b", "train.max_steps=0", "train.max_minutes=0.00001")
+    )
+    assert result["step"] == 1 and "max_minutes" in result["reason"]
+    assert (tmp_path / "b" / "checkpoints" / "last").is_dir()
+
+
+def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    train(tiny_config(corpus_file, run, "train.max_steps=2"))
+    good = weights(run)
+    import mt.train as mt_train
+
+    real = mt_train.smoothed_loss
+    calls = {"n": 0}
+
+    def sometimes_nan(logits, target, epsilon):
+        calls["n"] += 1
+        loss, nll = real(logits, target, epsilon)
+        return (loss * math.nan, nll) if calls["n"] == 1 else (loss, nll)
+
+    monkeypatch.setattr(mt_train, "smoothed_loss", sometimes_nan)
+    result = train(tiny_config(corpus_file, run, "train.max_steps=4"))
+    assert result["step"] == 4
+    assert "non-finite loss" in capsys.readouterr().err
+
+    monkeypatch.setattr(mt_train, "smoothed_loss", lambda *a: (real(*a)[0] * math.nan, real(*a)[1]))
+    with pytest.raises(MtError, match="non-finite losses in a row"):
+        train(tiny_config(corpus_file, run, "train.max_steps=20"))
+    after = weights(run)  # the last good checkpoint is still there and loads
+    assert after.keys() == good.keys()
+
+
+# ----------------------------------------------------------------------------- signals
+
+
+def _start_training(corpus: Path, run: Path, *extra: str) -> subprocess.Popen:
+    args = [
+        mt_executable(),
+        "train",
+        "--config",
+        "tiny.yaml",
+        "--set",
+        f"data.files.train={corpus}",
+        "--set",
+        f"run.dir={run}",
+        "--set",
+        f"data.valid_size={HELD_OUT}",
+        "--set",
+        f"data.test_size={HELD_OUT}",
+        "--set",
+        "train.max_steps=100000",
+        "--set",
+        "train.log_every=1",
+        "--set",
+        "train.eval_every=100000",
+        *extra,
+    ]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(predicate, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"training ended or timed out: {process.communicate()}")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_finishes_the_update_saves_and_exits_zero(corpus_file, tmp_path, sig):
+    run = tmp_path / "run"
+    process = _start_training(corpus_file, run)
+    _wait_for(
+        lambda: (
+            (run / "metrics.jsonl").is_file()
+            and len((run / "metrics.jsonl").read_text().splitlines()) >= 3
+        ),
+        process,
+    )
+    process.send_signal(sig)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert f"stopped by {sig.name}" in err
+    assert "resume with: mt train --config tiny.yaml" in err
+    last = (run / "checkpoints" / "last").resolve()
+    step = checkpoint.load_trainer_state(last)["state"]["step"]
+    assert step >= 3 and last.name == f"step-{step:08d}"
+    assert "Traceback" not in err
+
+
+def test_kill_at_any_moment_leaves_a_loadable_last(corpus_file, tmp_path):
+    run = tmp_path / "run"
+    process = _start_training(
+        corpus_file, run, "--set", "train.save_every=1", "--set", "train.keep_last=2"
+    )
+    for wanted in (3, 6):  # kill twice, at arbitrary points of a save-every-update loop
+        _wait_for(
+            lambda w=wanted: (
+                (run / "metrics.jsonl").is_file()
+                and len((run / "metrics.jsonl").read_text().splitlines()) >= w
+            ),
+            process,
+        )
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        last = (run / "checkpoints" / "last").resolve()
+        loaded = checkpoint.load(run)  # weights, config, tokenizers
+        assert loaded.metadata["step"] == last.name.split("-")[1].lstrip("0")
+        checkpoint.load_trainer_state(last)
+        process = _start_training(
+            corpus_file, run, "--set", "train.save_every=1", "--set", "train.keep_last=2"
+        )
+    process.kill()
+    process.wait()
+
+
+# ----------------------------------------------------------------------------- distributed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="no torch.distributed")
+def test_two_cpu_ranks_train_in_lockstep(corpus_file, tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from mt.config import load_config\n"
+        "from mt.train import Trainer\n"
+        "config = load_config('tiny.yaml', sys.argv[2:])\n"
+        "trainer = Trainer(config)\n"
+        "first = [int(x) for x in next(trainer.batches())[2]]\n"
+        "trainer.state.batch = 0\n"
+        "trainer.run()\n"
+        "torch.save({'weights': trainer.model.state_dict(), 'first': first}, sys.argv[1])\n"
+    )
+    port = _free_port()
+    args = [
+        f"data.files.train={corpus_file}",
+        f"run.dir={tmp_path / 'run'}",
+        f"data.valid_size={HELD_OUT}",
+        f"data.test_size={HELD_OUT}",
+        "train.max_steps=3",
+        "train.max_tokens=100",
+        "train.eval_every=100",
+        "train.eval_sentences=2",
+    ]
+    procs = []
+    for rank in range(2):
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(script), str(tmp_path / f"{rank}.pt"), *args],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    r0, r1 = (torch.load(tmp_path / f"{rank}.pt", weights_only=True) for rank in range(2))
+    assert r0["first"] != r1["first"]  # each rank trains on its own batches
+    for key, value in r0["weights"].items():
+        assert torch.equal(value, r1["weights"][key]), key
+    assert (tmp_path / "run" / "checkpoints" / "last").is_dir()  # written by rank 0 only
+    assert not list((tmp_path / "run" / "checkpoints").glob(".step-*"))
