@@ -15,13 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import HELD_OUT, mt_executable
 
 from mt import checkpoint
 from mt.config import Config, ConfigError, MtError, load_config
 from mt.model import PAD
 from mt.train import Trainer, learning_rate, smoothed_loss, train
-
-from conftest import HELD_OUT, mt_executable
 
 
 def tiny_config(corpus: Path, run_dir: Path, *overrides: str) -> Config:
@@ -256,7 +255,7 @@ def test_signal_finishes_the_update_saves_and_exits_zero(corpus_file, tmp_path, 
         process,
     )
     process.send_signal(sig)
-    out, err = process.communicate(timeout=60)
+    _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert f"stopped by {sig.name}" in err
     assert "resume with: mt train --config tiny.yaml" in err
