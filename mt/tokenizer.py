@@ -55,7 +55,13 @@ def tokenizer_files(run_dir: Path, src_lang: str, tgt_lang: str, joint: bool) ->
 
 
 def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, without BOS or EOS."""
+    """Token ids of each text, without BOS or EOS.
+
+    A literal "<s>" or "</s>" in the text is text: it must not become a control token (an EOS
+    inside a source). The flag is not saved in tokenizer.json, so it is set here, where all of
+    mt's encoding happens.
+    """
+    tokenizer.encode_special_tokens = True
     return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
 

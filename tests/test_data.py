@@ -1,0 +1,570 @@
+"""Corpus loading in every format, cleaning, splitting, batching, collation and tokenizers."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import itertools
+import json
+import random
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import (
+    EMPTY_PAIRS,
+    PAIRS,
+    TATOEBA_TEST,
+    TATOEBA_TRAIN,
+    needs_shared,
+    write_jsonl,
+)
+from tokenizers import Tokenizer
+
+from mt import tokenizer as tok
+from mt.config import SPECIAL_TOKENS, ConfigError, MtError, TokenizerConfig, load_config
+from mt.data import (
+    Split,
+    _length_filter,
+    clean,
+    collate,
+    dedup,
+    load_raw,
+    normalize,
+    prepare,
+    read_pairs_jsonl,
+    source_key,
+    split_by_source,
+    token_batches,
+)
+
+try:
+    from mt.model import BOS, EOS, PAD
+except ImportError:  # the model module may not exist yet: the ids are fixed by the tokenizer
+    PAD, BOS, EOS = 0, 1, 2
+
+
+def files_config(*paths: Path, **sets: object):
+    overrides = [f"data.files.train=[{', '.join(str(p) for p in paths)}]"]
+    overrides += [f"{key.replace('__', '.')}={value}" for key, value in sets.items()]
+    return load_config("tiny", overrides)
+
+
+def raw_train(*paths: Path) -> list[tuple[str, str]]:
+    return load_raw(files_config(*paths).data)["train"]
+
+
+# ---------------------------------------------------------------------------- file formats
+
+
+def test_flat_jsonl(corpus_file: Path):
+    assert raw_train(corpus_file) == PAIRS
+
+
+def test_nested_translation_jsonl_gz(tmp_path: Path):
+    path = tmp_path / "nested.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for i, (en, es) in enumerate(PAIRS):
+            row = {"id": str(i), "translation": {"en": en, "es": es}}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    assert raw_train(path) == PAIRS
+
+
+def test_json_array(tmp_path: Path):
+    path = tmp_path / "corpus.json"
+    path.write_text(json.dumps([{"en": a, "es": b} for a, b in PAIRS]), encoding="utf-8")
+    assert raw_train(path) == PAIRS
+
+
+def test_csv_keeps_quotes_commas_and_newlines(tmp_path: Path):
+    path = tmp_path / "corpus.csv"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["en", "es"])
+        writer.writerows(PAIRS)
+        writer.writerow(['Yes, he said: "fine".', "Sí, dijo: «bien»."])
+    assert raw_train(path) == [*PAIRS, ('Yes, he said: "fine".', "Sí, dijo: «bien».")]
+
+
+def test_tsv_keeps_double_quotes_literally(tmp_path: Path):
+    pairs = [(normalize(a), normalize(b)) for a, b in PAIRS]  # TSV cannot hold tabs or newlines
+    pairs.append(('"Quoted" at the start.', 'Comillas "dentro" y al final"'))
+    path = tmp_path / "corpus.tsv"
+    path.write_text("en\tes\n" + "".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8")
+    assert raw_train(path) == pairs
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_sentences_that_look_like_missing_values_are_kept(suffix: str, tmp_path: Path):
+    sep = "," if suffix == ".csv" else "\t"
+    rows = [("None", "Ninguno"), ("NA", "NA"), ("null", "nulo"), ("NaN", "NaN")]
+    path = tmp_path / f"words{suffix}"
+    path.write_text(f"en{sep}es\n" + "".join(f"{a}{sep}{b}\n" for a, b in rows), "utf-8")
+    assert raw_train(path) == rows
+
+
+def test_parquet(tmp_path: Path):
+    path = tmp_path / "corpus.parquet"
+    pq.write_table(pa.Table.from_pylist([{"en": a, "es": b} for a, b in PAIRS]), path)
+    assert raw_train(path) == PAIRS
+
+
+def test_list_of_paths_is_concatenated_in_order(tmp_path: Path):
+    first = write_jsonl(tmp_path / "a.jsonl", PAIRS[:20])
+    second = write_jsonl(tmp_path / "b.jsonl", PAIRS[20:])
+    assert raw_train(first, second) == PAIRS
+    assert raw_train(second, first) == PAIRS[20:] + PAIRS[:20]
+
+
+def test_other_language_codes(tmp_path: Path):
+    path = write_jsonl(tmp_path / "es-en.jsonl", [(b, a) for a, b in PAIRS], "es", "en")
+    config = files_config(path, data__src_lang="es", data__tgt_lang="en")
+    assert load_raw(config.data)["train"] == [(b, a) for a, b in PAIRS]
+
+
+def test_mixed_formats_are_a_config_error(corpus_file: Path, tmp_path: Path):
+    other = tmp_path / "more.csv"
+    other.write_text("en,es\nHi.,Hola.\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        raw_train(corpus_file, other)
+    message = str(info.value)
+    assert "data.files.train" in message and "one format" in message and "\n" not in message
+
+
+def test_unknown_extension_is_a_config_error(tmp_path: Path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("Hi.\tHola.\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"data\.files\.train: .*corpus\.txt"):
+        raw_train(path)
+
+
+def test_missing_columns_name_the_file_and_columns(tmp_path: Path):
+    path = write_jsonl(tmp_path / "fr.jsonl", PAIRS[:3], "en", "fr")
+    with pytest.raises(MtError) as info:
+        raw_train(path)
+    message = str(info.value)
+    assert str(path) in message and "'es'" in message and "columns: en, fr" in message
+
+
+def test_unparsable_file_is_a_one_line_error(tmp_path: Path):
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"en": "Hi.", "es": "Hola."}\n{"en": "oops\n', encoding="utf-8")
+    with pytest.raises(MtError) as info:
+        raw_train(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_read_pairs_jsonl_normalises_and_names_bad_lines(tmp_path: Path):
+    path = write_jsonl(tmp_path / "eval.jsonl", PAIRS[19:23])
+    pairs = read_pairs_jsonl(path, "en", "es")
+    assert pairs[1] == ("The cat sleeps on the sofa.", "El gato duerme en el sofá.")
+    assert pairs[3] == ("The caf\u00e9 is closed.", "El caf\u00e9 está cerrado.")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"en": "a", "es": "b"}\n{"en": "c"}\n', encoding="utf-8")
+    with pytest.raises(MtError, match=r"bad\.jsonl:2: expected an object with 'en' and 'es'"):
+        read_pairs_jsonl(bad, "en", "es")
+
+
+# ---------------------------------------------------------------------------- the hub
+
+
+@pytest.fixture
+def hub_standin(tmp_path: Path) -> Path:
+    """A local folder laid out like Helsinki-NLP/opus_books on the hub (config en-es)."""
+    folder = tmp_path / "opus_books"
+    (folder / "en-es").mkdir(parents=True)
+    rows = [{"id": str(i), "translation": {"en": a, "es": b}} for i, (a, b) in enumerate(PAIRS)]
+    pq.write_table(pa.Table.from_pylist(rows), folder / "en-es" / "train-00000-of-00001.parquet")
+    (folder / "README.md").write_text(
+        "---\n"
+        "configs:\n"
+        "- config_name: en-es\n"
+        "  data_files:\n"
+        "  - split: train\n"
+        "    path: en-es/train-*\n"
+        "---\n"
+        "# A local stand-in for Helsinki-NLP/opus_books\n",
+        encoding="utf-8",
+    )
+    return folder
+
+
+def hub_config(name: str | Path, *overrides: str):
+    return load_config(
+        "tiny", ["data.source=hub", f"data.name={name}", "data.subset=en-es", *overrides]
+    )
+
+
+def test_hub_source_loads_the_opus_books_schema(hub_standin: Path):
+    raw = load_raw(hub_config(hub_standin).data)
+    assert list(raw) == ["train"]
+    assert raw["train"] == PAIRS
+
+
+def test_hub_source_prepares_with_held_out_splits_cut_from_train(hub_standin: Path, tmp_path: Path):
+    config = hub_config(
+        hub_standin, f"run.dir={tmp_path / 'run'}", "data.valid_size=5", "data.test_size=6"
+    )
+    prepared = prepare(config)
+    assert prepared.stats["pairs"]["valid"] == 5 and prepared.stats["pairs"]["test"] == 6
+    assert prepared.stats["dropped"]["empty"] == EMPTY_PAIRS
+
+
+def test_unreachable_hub_is_a_one_line_error_pointing_at_local_files():
+    import datasets
+
+    assert datasets.config.HF_HUB_OFFLINE  # conftest's offline mode: fail fast, no retries
+    config = hub_config("nobody-at-all/no-such-dataset-xyz")
+    with pytest.raises(MtError) as info:
+        load_raw(config.data)
+    message = str(info.value)
+    assert not isinstance(info.value, ConfigError)  # not a usage error: exit status 1
+    assert "\n" not in message
+    assert "nobody-at-all/no-such-dataset-xyz" in message
+    assert "data.source: files" in message and "data.files.train" in message
+
+
+# ---------------------------------------------------------------------------- cleaning
+
+
+def test_normalize_composes_and_collapses_whitespace():
+    assert normalize("cafe\u0301") == "caf\u00e9"
+    assert unicodedata.is_normalized("NFC", normalize("El cafe\u0301 está cerrado."))
+    assert normalize("  a\t\tb \n c\u00a0d  ") == "a b c d"
+    assert normalize(None) == "" and normalize(" \t\n") == ""
+    assert normalize("¿Qué tal? 😀") == "¿Qué tal? 😀"
+
+
+def test_clean_drops_and_counts_empty_sides(corpus_file: Path):
+    drops: dict[str, int] = {}
+    cleaned = clean(raw_train(corpus_file), drops)
+    assert drops == {"empty": EMPTY_PAIRS}
+    assert len(cleaned) == len(PAIRS) - EMPTY_PAIRS
+    assert ("The cat sleeps on the sofa.", "El gato duerme en el sofá.") in cleaned
+    assert ("The caf\u00e9 is closed.", "El caf\u00e9 está cerrado.") in cleaned
+    for src, tgt in cleaned:
+        for text in (src, tgt):
+            assert text and text == " ".join(text.split())
+            assert unicodedata.is_normalized("NFC", text)
+    clean([("a", " ")], drops)
+    assert drops["empty"] == EMPTY_PAIRS + 1  # counts accumulate
+
+
+def test_dedup_keeps_first_occurrences_in_order():
+    pairs = [("a", "1"), ("b", "2"), ("a", "1"), ("a", "3"), ("b", "2")]
+    assert dedup(pairs) == [("a", "1"), ("b", "2"), ("a", "3")]
+    cleaned = clean(PAIRS, {})
+    assert len(cleaned) - len(dedup(cleaned)) == 1
+
+
+def test_length_filter_counts():
+    src = [[1] * n for n in (3, 10, 4, 1, 2, 6, 0)]
+    tgt = [[1] * n for n in (3, 4, 11, 4, 8, 2, 1)]
+    drops: dict[str, int] = {}
+    keep = _length_filter(src, tgt, max_length=10, max_ratio=3.0, drops=drops)
+    # 10/4 = 2.5 kept; 11 too long; 4/1 = 4 and 8/2 = 4 ratio; 6/2 = 3 kept; 0 vs 1 kept
+    assert keep == [0, 1, 5, 6]
+    assert drops == {"too_long": 1, "ratio": 2}
+
+
+def test_prepare_filters_train_by_length_and_ratio(corpus_file: Path, tmp_path: Path):
+    def run(name: str, *sets: str):
+        config = load_config(
+            "tiny",
+            [
+                f"data.files.train={corpus_file}",
+                f"run.dir={tmp_path / name}",
+                "data.valid_size=4",
+                "data.test_size=4",
+                *sets,
+            ],
+        )
+        return prepare(config)
+
+    loose = run("loose", "data.max_length=1000", "data.max_ratio=1000")
+    strict = run("strict", "data.max_length=8", "data.max_ratio=1.2")
+    dropped = strict.stats["dropped"]
+    assert loose.stats["dropped"]["too_long"] == loose.stats["dropped"]["ratio"] == 0
+    assert dropped["too_long"] > 0 and dropped["ratio"] > 0
+    n_loose, n_strict = loose.stats["pairs"]["train"], strict.stats["pairs"]["train"]
+    assert n_strict == n_loose - dropped["too_long"] - dropped["ratio"]
+    for s, t in zip(strict.splits["train"].src, strict.splits["train"].tgt):
+        assert 0 < len(s) <= 8 and 0 < len(t) <= 8
+        assert max(len(s), len(t)) / min(len(s), len(t)) <= 1.2
+    # held-out splits are never filtered
+    assert strict.stats["pairs"]["valid"] == loose.stats["pairs"]["valid"] == 4
+
+
+# ---------------------------------------------------------------------------- splitting
+
+
+def grouped_corpus(n_groups: int = 400, seed: int = 0) -> list[tuple[str, str]]:
+    """Pairs in shuffled order; sources repeat 1-4 times, some differing in case or spacing."""
+    rng = random.Random(seed)
+    pairs = []
+    for g in range(n_groups):
+        for k in range(rng.choice([1, 1, 1, 2, 3, 4])):
+            src = f"Sentence number {g}." if k % 2 == 0 else f"sentence  NUMBER {g}."
+            pairs.append((src, f"Frase {g}, versión {k}."))
+    rng.shuffle(pairs)
+    return pairs
+
+
+SIZES = {"valid": 50, "test": 60}
+
+
+def key(text: str) -> str:
+    """The same source sentence, independently of `source_key`: case and spacing ignored."""
+    return " ".join(text.lower().split())
+
+
+def test_source_key_ignores_case_and_spacing():
+    assert source_key("  How   ARE\tyou? ") == source_key("how are you?")
+    assert source_key("How are you?") != source_key("How are you!")
+
+
+def test_split_is_a_partition_with_exact_sizes_and_no_leakage():
+    pairs = grouped_corpus()
+    split = split_by_source(pairs, SIZES, seed=3)
+    assert len(split["valid"]) == 50 and len(split["test"]) == 60
+    assert sorted(itertools.chain(*split.values())) == sorted(pairs)
+    train_keys = {key(s) for s, _ in split["train"]}
+    for name in SIZES:
+        assert not {key(s) for s, _ in split[name]} & train_keys
+    assert not {key(s) for s, _ in split["valid"]} & {key(s) for s, _ in split["test"]}
+
+
+def test_split_keeps_row_order_within_each_split():
+    pairs = grouped_corpus()
+    position = {p: i for i, p in enumerate(pairs)}  # pairs are unique here
+    assert len(position) == len(pairs)
+    for part in split_by_source(pairs, SIZES, seed=3).values():
+        indices = [position[p] for p in part]
+        assert indices == sorted(indices)
+
+
+def test_split_depends_only_on_the_seed():
+    pairs = grouped_corpus()
+    assert split_by_source(pairs, SIZES, seed=3) == split_by_source(list(pairs), SIZES, seed=3)
+    other = split_by_source(pairs, SIZES, seed=4)
+    assert other["valid"] != split_by_source(pairs, SIZES, seed=3)["valid"]
+
+
+def test_split_of_the_tiny_corpus_keeps_groups_whole():
+    pairs = clean(PAIRS, {})
+    for seed in range(10):
+        split = split_by_source(pairs, {"valid": 8, "test": 8}, seed)
+        assert len(split["valid"]) == 8 and len(split["test"]) == 8
+        where = {name for name, part in split.items() for s, _ in part if key(s) == "how are you?"}
+        assert len(where) == 1  # all four translations of "How are you?" in one split
+
+
+def test_prepare_has_no_source_leakage(corpus_file: Path, tmp_path: Path):
+    config = load_config(
+        "tiny",
+        [
+            f"data.files.train={corpus_file}",
+            f"run.dir={tmp_path / 'run'}",
+            "data.valid_size=10",
+            "data.test_size=10",
+        ],
+    )
+    prepared = prepare(config)
+    src_tok = prepared.src_tokenizer
+    train_src = set(tok.decode(src_tok, prepared.splits["train"].src))
+    held_out = prepared.splits["valid"].src_text + prepared.splits["test"].src_text
+    assert len(held_out) == 20
+    assert not {key(s) for s in held_out} & {key(s) for s in train_src}
+    all_keys = {key(s) for s, _ in clean(PAIRS, {})}
+    assert {key(s) for s in train_src} | {key(s) for s in held_out} <= all_keys
+
+
+# ---------------------------------------------------------------------------- batching
+
+
+def batch_cost(batch: np.ndarray, src: np.ndarray, tgt: np.ndarray) -> int:
+    return len(batch) * (int(max(src[batch].max(), tgt[batch].max())) + 1)
+
+
+@pytest.fixture
+def lengths() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    src = rng.integers(1, 60, size=2000)
+    tgt = np.clip(src + rng.integers(-5, 6, size=2000), 1, None)
+    src[17] = 700  # one sentence alone exceeds max_tokens
+    return src, tgt
+
+
+def test_token_batches_cover_every_index_once_within_budget(lengths):
+    src, tgt = lengths
+    for epoch, shuffle in [(0, True), (1, True), (0, False)]:
+        batches = token_batches(src, tgt, 512, seed=1, epoch=epoch, shuffle=shuffle)
+        flat = np.concatenate(batches)
+        assert sorted(flat.tolist()) == list(range(len(src)))
+        for batch in batches:
+            assert len(batch) > 0
+            if batch_cost(batch, src, tgt) > 512:
+                assert len(batch) == 1 and 17 in batch
+
+
+def test_token_batches_are_full(lengths):
+    src, tgt = lengths
+    batches = token_batches(src, tgt, 512, seed=1, epoch=0)
+    total = sum(batch_cost(b, src, tgt) for b in batches)
+    assert total <= 512 * len(batches)
+    assert len(batches) <= 1.2 * total / 512  # greedy packing leaves little room unused
+
+
+def test_token_batches_depend_only_on_seed_and_epoch(lengths):
+    src, tgt = lengths
+
+    def run(seed: int, epoch: int) -> list[list[int]]:
+        return [b.tolist() for b in token_batches(src, tgt, 512, seed=seed, epoch=epoch)]
+
+    assert run(1, 0) == run(1, 0)
+    assert run(1, 0) != run(1, 1)
+    assert run(1, 0) != run(2, 0)
+    assert sorted(map(sorted, run(1, 0))) != sorted(map(sorted, run(1, 1)))  # buckets differ too
+
+
+def test_token_batches_edge_cases():
+    assert token_batches(np.zeros(0, int), np.zeros(0, int), 100, 0, 0) == []
+    one = token_batches(np.array([500]), np.array([3]), 100, 0, 0)
+    assert [b.tolist() for b in one] == [[0]]
+
+
+@needs_shared
+def test_padding_is_small_on_tatoeba(tatoeba_run):
+    _, run_dir = tatoeba_run
+    arrays = np.load(run_dir / "data" / "train.npz")
+    src, tgt = arrays["src_lengths"], arrays["tgt_lengths"]
+    assert len(src) > 100_000
+    batches = token_batches(src, tgt, 4096, seed=1, epoch=0)
+    for side in (src, tgt):
+        padded = sum(len(b) * (int(side[b].max()) + 1) for b in batches)
+        real = int((side + 1).sum())
+        assert 1 - real / padded < 0.10
+
+
+def test_collate_places_bos_eos_and_padding():
+    split = Split(
+        src=[np.array([5, 6, 7], np.int32), np.array([8], np.int32)],
+        tgt=[np.array([9, 10], np.int32), np.array([11, 12, 13, 14], np.int32)],
+    )
+    src, tgt_in, tgt_out = collate(split, np.array([1, 0]))
+    assert src.tolist() == [[8, EOS, PAD, PAD], [5, 6, 7, EOS]]
+    assert tgt_in.tolist() == [[BOS, 11, 12, 13, 14], [BOS, 9, 10, PAD, PAD]]
+    assert tgt_out.tolist() == [[11, 12, 13, 14, EOS], [9, 10, EOS, PAD, PAD]]
+    assert src.dtype == tgt_in.dtype == tgt_out.dtype == np.int64
+    assert (PAD, BOS, EOS) == (0, 1, 2)
+
+
+# ---------------------------------------------------------------------------- tokenizers
+
+ODD = [
+    "Emoji: 😀👍🏽 👨‍👩‍👧 🇪🇸!",
+    "CJK: 東京は日本の首都です。 한국어 텍스트",
+    "Combining marks that stay decomposed: q\u0303 x\u0301\u0323 a\u20dd",
+    "Greek, Cyrillic, Arabic: αβγ Привет مرحبا",
+    "Symbols: € £ ¥ © ® ™ ° ± × ÷ ∑ ∞ ≠ ≤ ½ – — … « » „ “ ” ‘ ’",
+    "Zero-width joiner\u200d and non-joiner\u200c and soft\u00adhyphen",
+    "Math 𝔸𝕓𝕔 and old italic 𐌀𐌁",
+    "ÀÉÎÕÜ ñÑ çÇ ¿¡",
+    "x",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer() -> Tokenizer:
+    texts = [text for pair in clean(PAIRS, {}) for text in pair]
+    return tok.train_tokenizer(texts, TokenizerConfig(vocab_size=400, min_frequency=1))
+
+
+def test_special_tokens_have_fixed_ids(tiny_tokenizer: Tokenizer):
+    assert SPECIAL_TOKENS == ("<pad>", "<s>", "</s>", "<unk>")
+    assert [tiny_tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert tuple(tiny_tokenizer.token_to_id(t) for t in SPECIAL_TOKENS[:3]) == (PAD, BOS, EOS)
+    assert tiny_tokenizer.get_vocab_size() <= 400
+
+
+def test_encode_adds_no_bos_or_eos(tiny_tokenizer: Tokenizer):
+    ids = tok.encode(tiny_tokenizer, ["Hola."])[0]
+    assert ids and not set(ids) & {0, 1, 2, 3}
+
+
+def test_odd_unicode_round_trips_without_unk(tiny_tokenizer: Tokenizer):
+    texts = [normalize(t) for t in ODD]
+    ids = tok.encode(tiny_tokenizer, texts)
+    assert not any(3 in seq for seq in ids)
+    assert tok.decode(tiny_tokenizer, ids) == texts
+    assert tok.round_trip_rate(tiny_tokenizer, texts) == 1.0
+
+
+def test_special_token_strings_in_text_are_plain_text(tiny_tokenizer: Tokenizer):
+    texts = ["Write <s> and </s>, not <pad> or <unk>."]
+    for tokenizer in (tiny_tokenizer, Tokenizer.from_str(tiny_tokenizer.to_str())):  # reloaded
+        ids = tok.encode(tokenizer, texts)
+        assert not set(ids[0]) & {0, 1, 2, 3}
+        assert tok.decode(tokenizer, ids) == texts
+
+
+def test_saved_tokenizer_opens_with_the_tokenizers_library(tiny_tokenizer: Tokenizer, tmp_path):
+    path = tmp_path / "tokenizer.json"
+    path.write_text(tiny_tokenizer.to_str(pretty=True), encoding="utf-8")
+    loaded = Tokenizer.from_file(str(path))
+    texts = [normalize(t) for t in ODD] + [a for a, _ in PAIRS[:10]]
+    assert tok.encode(loaded, texts) == tok.encode(tiny_tokenizer, texts)
+    assert [loaded.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert loaded.decode(loaded.encode("¿Dónde está?").ids) == "¿Dónde está?"
+
+
+def test_the_tokenizer_normalises_to_nfc(tiny_tokenizer: Tokenizer):
+    assert tok.encode(tiny_tokenizer, ["cafe\u0301"]) == tok.encode(tiny_tokenizer, ["caf\u00e9"])
+
+
+def test_separate_vocabularies_write_two_files(corpus_file: Path, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    config = load_config(
+        "tiny",
+        [
+            f"data.files.train={corpus_file}",
+            f"run.dir={run_dir}",
+            "tokenizer.joint=false",
+            "tokenizer.vocab_size=300",
+            "data.valid_size=5",
+            "data.test_size=5",
+        ],
+    )
+    prepared = prepare(config)
+    en, es = run_dir / "tokenizer.en.json", run_dir / "tokenizer.es.json"
+    assert en.is_file() and es.is_file() and not (run_dir / "tokenizer.json").exists()
+    en_tok, es_tok = Tokenizer.from_file(str(en)), Tokenizer.from_file(str(es))
+    assert en_tok.get_vocab() != es_tok.get_vocab()
+    assert en_tok.to_str() == prepared.src_tokenizer.to_str()
+    assert es_tok.to_str() == prepared.tgt_tokenizer.to_str()
+    again = prepare(config)
+    assert again.reused and again.stats == prepared.stats
+
+
+def read_jsonl_gz(path: Path, limit: int | None = None) -> list[tuple[str, str]]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        rows = (json.loads(line) for line in itertools.islice(f, limit))
+        return [(r["en"], r["es"]) for r in rows]
+
+
+@needs_shared
+def test_every_tatoeba_test_sentence_round_trips():
+    train = clean(read_jsonl_gz(TATOEBA_TRAIN, 20_000), {})
+    tokenizer = tok.train_tokenizer(
+        [text for pair in train for text in pair], TokenizerConfig(vocab_size=4000)
+    )
+    texts = [text for pair in clean(read_jsonl_gz(TATOEBA_TEST), {}) for text in pair]
+    assert len(texts) > 3000
+    ids = tok.encode(tokenizer, texts)
+    assert not any(3 in seq for seq in ids)  # no <unk>, ever
+    back = tok.decode(tokenizer, ids)
+    assert [t for t, b in zip(texts, back) if t != b] == []
+    assert tok.round_trip_rate(tokenizer, texts) == 1.0
