@@ -28,7 +28,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from .config import Config, MtError, config_from_dict
+from .config import Config, ConfigError, config_from_dict
 
 FORMAT = "mt-checkpoint-1"
 WEIGHTS = "model.safetensors"
@@ -147,14 +147,14 @@ def newest_steps(ckpt_dir: Path, count: int) -> list[Path]:
 def average(files: list[Path], out: Path) -> None:
     """Write the element-wise mean of the weights in `files` (same config) to `out`."""
     if not files:
-        raise MtError("no checkpoints to average")
+        raise ConfigError("no checkpoints to average")
     first, meta = load_weights(files[0])
     aliases = json.loads(meta.get("aliases", "{}"))  # tied parameters: averaged once
     total = {k: v.double() for k, v in first.items() if k not in aliases}
     for file in files[1:]:
         weights, other = load_weights(file)
         if weights.keys() != first.keys() or other["config"] != meta["config"]:
-            raise MtError(f"{file}: not from the same model as {files[0]}; cannot average")
+            raise ConfigError(f"{file}: not from the same model as {files[0]}; cannot average")
         for key in total:
             total[key] += weights[key].double()
     averaged = {k: (v / len(files)).float() for k, v in total.items()}
@@ -179,9 +179,9 @@ def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
             meta = f.metadata() or {}
         tensors = load_file(str(path))
     except Exception as e:  # safetensors raises several types for a damaged file
-        raise MtError(f"{path}: not a readable safetensors checkpoint ({e})") from None
+        raise ConfigError(f"{path}: not a readable safetensors checkpoint ({e})") from None
     if meta.get("format") != FORMAT:
-        raise MtError(f"{path}: not an mt checkpoint (no '{FORMAT}' metadata)")
+        raise ConfigError(f"{path}: not an mt checkpoint (no '{FORMAT}' metadata)")
     for alias, name in json.loads(meta.get("aliases", "{}")).items():
         tensors[alias] = tensors[name]
     return tensors, meta
@@ -195,7 +195,7 @@ def resolve(path: str | Path) -> Path:
     for candidate in (path / "checkpoints" / "best", path / "checkpoints" / "last", path):
         if (candidate / WEIGHTS).is_file():
             return candidate / WEIGHTS
-    raise MtError(
+    raise ConfigError(
         f"{path}: no checkpoint found (expected a run folder, a checkpoint folder "
         f"or a {WEIGHTS} file)"
     )
@@ -219,7 +219,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
-        raise MtError(
+        raise ConfigError(
             f"{file}: the weights do not match their tokenizers or config: "
             f"{' '.join(str(e).split())[:300]}"
         ) from None

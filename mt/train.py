@@ -81,9 +81,10 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
     """
     lprobs = F.log_softmax(logits.float(), dim=-1).flatten(0, -2)  # (N, V)
     target = target.flatten()  # (N,)
-    keep = target != PAD
-    nll = -lprobs.gather(1, target.unsqueeze(1)).squeeze(1)[keep].sum()
-    uniform = -lprobs[keep].mean(dim=-1).sum()
+    # masks multiply rather than index: indexing would copy the (N, V) matrix and its gradient
+    keep = (target != PAD).to(lprobs.dtype)  # (N,)
+    nll = -(lprobs.gather(1, target.unsqueeze(1)).squeeze(1) * keep).sum()
+    uniform = -(lprobs.sum(-1) * keep).sum() / lprobs.size(-1)
     return (1.0 - epsilon) * nll + epsilon * uniform, nll.detach()
 
 

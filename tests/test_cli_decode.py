@@ -1,0 +1,203 @@
+"""`mt translate`, `mt evaluate` and `mt average` on a tiny trained run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import PAIRS, write_jsonl
+from test_train import tiny_config
+
+from mt import checkpoint
+from mt.evaluate import translate
+from mt.train import train
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model trained for a few updates, with three step checkpoints."""
+    tmp = tmp_path_factory.mktemp("decode")
+    corpus = write_jsonl(tmp / "corpus.jsonl", PAIRS)
+    run = tmp / "run"
+    train(
+        tiny_config(
+            corpus,
+            run,
+            "train.max_steps=30",
+            "train.save_every=10",
+            "train.eval_every=10",
+            "train.keep_last=3",
+            "train.lr=0.01",
+        )
+    )
+    return run
+
+
+def test_translate_prints_one_line_per_input_in_order(cli_main, run_dir):
+    texts = ["Hello.", "", "The coffee is hot and the water is cold.", "¿Qué? 😀 日本"]
+    code, out, err = cli_main("translate", "--checkpoint", str(run_dir), "--beam", "2", *texts)
+    assert code == 0, err
+    lines = out.split("\n")[:-1]
+    assert len(lines) == len(texts) and lines[1] == ""  # an empty input gives an empty line
+    loaded = checkpoint.load(run_dir)
+    alone = [
+        translate(
+            loaded.model,
+            loaded.src_tokenizer,
+            loaded.tgt_tokenizer,
+            [t],
+            loaded.config.decode,
+            beam=2,
+        )[0]
+        for t in texts
+    ]
+    assert lines == alone  # batching and sorting by length change nothing
+
+
+def test_translate_file_and_stdin(cli_main, run_dir, tmp_path, monkeypatch):
+    source = tmp_path / "in.txt"
+    source.write_text("Hello.\nI like music.\n\n", encoding="utf-8")
+    code, from_file, err = cli_main(
+        "translate", "--checkpoint", str(run_dir), "--file", str(source)
+    )
+    assert code == 0, err
+    assert len(from_file.splitlines()) == 3
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(source.read_text()))
+    code, from_stdin, _ = cli_main("translate", "--checkpoint", str(run_dir), "--file", "-")
+    assert code == 0 and from_stdin == from_file
+
+
+def test_translate_truncates_long_input_with_a_warning(cli_main, run_dir):
+    long = " ".join(["The museum opens on Sundays."] * 120)  # far past max_positions (256)
+    code, out, err = cli_main("translate", "--checkpoint", str(run_dir), "--beam", "1", long)
+    assert code == 0, err
+    assert "truncated" in err and len(out.splitlines()) == 1
+
+
+def test_translate_nbest_lists_are_sorted(cli_main, run_dir):
+    code, out, err = cli_main(
+        "translate",
+        "--checkpoint",
+        str(run_dir),
+        "--beam",
+        "3",
+        "--nbest",
+        "3",
+        "Hello.",
+        "Good morning.",
+    )
+    assert code == 0, err
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [(str(i), str(k)) for i in range(2) for k in (1, 2, 3)]
+    code, _, err = cli_main(
+        "translate", "--checkpoint", str(run_dir), "--beam", "2", "--nbest", "3", "Hello."
+    )
+    assert code == 2 and "--nbest 3" in err
+
+
+def test_translate_uses_the_newest_run_by_default(cli_main, run_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli_main("translate", "Hello.")
+    assert code == 2 and "no trained model under ./runs" in err
+    shutil.copytree(run_dir, tmp_path / "runs" / "copy", symlinks=True)
+    code, out, err = cli_main("translate", "Hello.")
+    assert code == 0, err
+    assert len(out.splitlines()) == 1
+
+
+def test_evaluate_reports_bleu_chrf_and_signatures(cli_main, run_dir, tmp_path):
+    hyps = tmp_path / "hyps.txt"
+    code, out, err = cli_main("evaluate", str(run_dir), "--json", "--beam", "2", "--out", str(hyps))
+    assert code == 0, err
+    result = json.loads(out)
+    assert {"bleu", "chrf", "signature", "sentences", "beam", "seconds"} <= result.keys()
+    assert result["sentences"] == 8 and result["beam"] == 2
+    assert result["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert len(hyps.read_text(encoding="utf-8").splitlines()) == 8
+    code, out, _ = cli_main("evaluate", str(run_dir), "--split", "valid")
+    assert code == 0 and "BLEU" in out and "chrF" in out
+
+
+def test_evaluate_external_sets(cli_main, run_dir, tmp_path):
+    pairs = PAIRS[:10]
+    gz = tmp_path / "pairs.jsonl.gz"
+    with gzip.open(gz, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps({"en": a, "es": b}, ensure_ascii=False) + "\n" for a, b in pairs)
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("".join(a.strip() + "\n" for a, _ in pairs), encoding="utf-8")
+    ref.write_text("".join(b.strip() + "\n" for _, b in pairs), encoding="utf-8")
+    code, by_pairs, err = cli_main(
+        "evaluate", str(run_dir), "--pairs", str(gz), "--json", "--beam", "1"
+    )
+    assert code == 0, err
+    code, by_files, err = cli_main(
+        "evaluate", str(run_dir), "--src", str(src), "--ref", str(ref), "--json", "--beam", "1"
+    )
+    assert code == 0, err
+    a, b = json.loads(by_pairs), json.loads(by_files)
+    assert a["sentences"] == b["sentences"] == 10
+    assert a["bleu"] == pytest.approx(b["bleu"]) and a["chrf"] == pytest.approx(b["chrf"])
+
+
+def test_evaluate_errors_exit_2_and_write_nothing(cli_main, run_dir, tmp_path):
+    src, ref, out = tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "out.txt"
+    src.write_text("a\nb\nc\n")
+    ref.write_text("x\ny\n")
+    out.write_text("precious\n")
+    cases = [
+        (["--src", str(src), "--ref", str(ref)], "has 3 lines but --ref"),
+        (["--pairs", str(tmp_path / "missing.jsonl")], "no such file"),
+        (["--src", str(src)], "--src and --ref go together"),
+        (["--split", "train"], "must be test or valid"),
+    ]
+    for args, message in cases:
+        code, _, err = cli_main("evaluate", str(run_dir), *args, "--out", str(out))
+        assert code == 2, (args, err)
+        assert message in err and len(err.strip().splitlines()) == 1
+        assert out.read_text() == "precious\n"
+    code, _, err = cli_main("evaluate", str(tmp_path / "nowhere"))
+    assert code == 2 and "no checkpoint found" in err
+
+
+def test_checkpoint_that_does_not_match_its_tokenizers_is_refused(cli_main, run_dir, tmp_path):
+    state, meta = checkpoint.load_weights(checkpoint.resolve(run_dir))
+    other = json.loads(meta["src_tokenizer"])
+    other["model"]["vocab"]["extra-token"] = len(other["model"]["vocab"])  # one more symbol
+    meta = dict(meta, src_tokenizer=json.dumps(other), tgt_tokenizer=json.dumps(other))
+    bad = tmp_path / "bad.safetensors"
+    checkpoint.save_weights(bad, {k: v for k, v in state.items()}, meta)
+    code, _, err = cli_main("evaluate", str(bad))
+    assert code == 2 and "do not match their tokenizers" in err and "Traceback" not in err
+
+
+def test_average_is_the_mean_and_translates(cli_main, run_dir, tmp_path):
+    out = tmp_path / "avg.safetensors"
+    code, _, err = cli_main("average", str(run_dir), "--last", "2", "--out", str(out))
+    assert code == 0, err
+    files = checkpoint.newest_steps(run_dir / "checkpoints", 2)
+    (a, _), (b, _) = (checkpoint.load_weights(f) for f in files)
+    averaged, _ = checkpoint.load_weights(out)
+    for key in a:
+        assert torch.allclose(averaged[key], (a[key] + b[key]) / 2, atol=1e-6), key
+    assert averaged["out.weight"].data_ptr() == averaged["tgt_embed.weight"].data_ptr()  # tied
+    code, translated, err = cli_main("translate", "--checkpoint", str(out), "Hello.")
+    assert code == 0 and len(translated.splitlines()) == 1, err
+    code, _, err = cli_main(
+        "evaluate",
+        str(out),
+        "--json",
+        "--beam",
+        "1",
+        "--pairs",
+        str(write_jsonl(tmp_path / "p.jsonl", PAIRS[:4])),
+    )
+    assert code == 0, err
+    code, _, err = cli_main("average", str(run_dir), "--last", "9", "--out", str(out))
+    assert code == 2 and "only 3 step checkpoints" in err
