@@ -324,6 +324,49 @@ def average(
     typer.echo(f"averaged {len(files)} checkpoints into {out}", err=True)
 
 
+# The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.
+@app.command(name="plot")
+def plot_command(
+    run_dir: Annotated[str, typer.Argument(help="The run folder (with metrics.jsonl).")],
+    out: Annotated[
+        str | None, typer.Option(help="The PNG to write. Default: RUN_DIR/training.png.")
+    ] = None,
+) -> None:
+    r"""Plot loss, validation BLEU, learning rate and tokens/s against updates (and time).
+
+    Works while the run is still training. Needs matplotlib: pip install 'mt\[plot]'.
+    """
+    from .plot import plot_run
+
+    typer.echo(f"wrote {plot_run(run_dir, out)}", err=True)
+
+
+@app.command(name="attention")
+def attention_command(
+    checkpoint: Annotated[str, typer.Argument(help="Run folder, checkpoint folder or file.")],
+    sentence: Annotated[str, typer.Argument(help="The English sentence to translate.")],
+    layer: Annotated[
+        int, typer.Option(help="Decoder layer: 1 is the first, -1 (default) the last.")
+    ] = -1,
+    kind: Annotated[
+        str, typer.Option(help="cross (output vs source tokens) or self (output vs output).")
+    ] = "cross",
+    out: Annotated[str, typer.Option(help="The PNG to write.")] = "attention.png",
+    device: DeviceOption = "auto",
+) -> None:
+    r"""Translate a sentence (greedy search) and draw each head's attention of a decoder layer.
+
+    Prints the translation on stdout and the PNG's path on stderr. Needs matplotlib:
+    pip install 'mt\[plot]'.
+    """
+    from .plot import plot_attention
+
+    loaded, dev = _load_checkpoint(checkpoint, device)
+    translation, path = plot_attention(loaded, sentence, out, layer=layer, kind=kind, device=dev)
+    typer.echo(translation)
+    typer.echo(f"wrote {path}", err=True)
+
+
 def _read_lines(path: str, option: str = "--file") -> list[str]:
     if path == "-":
         return sys.stdin.read().splitlines()
