@@ -1,0 +1,160 @@
+"""Greedy and beam search on the incremental decoder (`Transformer.decode_step`).
+
+Both decode a whole batch at once and drop a sentence's rows from the cache as soon as it is
+finished. A sentence's output has at most `max_len` tokens before EOS, which is then forced;
+`max_output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
+Put the model in eval mode first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from mt.model import BOS, EOS, PAD, DecoderState, Transformer
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    score: float  # logprob / length_penalty(len(tokens) + 1): the length counts EOS
+    logprob: float  # sum of the log-probabilities of the tokens and EOS
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT's ((5 + L) / 6) ** alpha (Wu et al., 2016); 1 when alpha is 0."""
+    return ((5 + length) / 6) ** alpha
+
+
+def max_output_lengths(src: Tensor, a: float, b: int) -> Tensor:
+    """a * (real source length) + b tokens for each sentence: src (B, S) -> (B,) long.
+    greedy and beam_search lower it where the model's max_positions requires."""
+    return ((src != PAD).sum(1) * a + b).long()
+
+
+def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
+    # -> (B,); the step that must give EOS reads position max_len, which must exist
+    limit = torch.as_tensor(max_len, device=src.device).expand(src.size(0))
+    return limit.clamp(max=model.cfg.max_positions - 1)
+
+
+def _next_logprobs(model, tokens: Tensor, state: DecoderState, force_eos: Tensor) -> Tensor:
+    # tokens (R,) the previous ones, force_eos (R,) bool -> (R, V) log-probs of the next token
+    logprobs = model.decode_step(tokens, state).float().log_softmax(-1)
+    logprobs[:, [PAD, BOS]] = NEG_INF
+    not_eos = torch.arange(logprobs.size(1), device=tokens.device) != EOS
+    return logprobs.masked_fill(force_eos.unsqueeze(1) & not_eos, NEG_INF)
+
+
+@torch.no_grad()
+def greedy(model: Transformer, src: Tensor, max_len: int | Tensor) -> list[list[int]]:
+    """The most probable token at each step. src (B, S); max_len an int or a (B,) tensor
+    such as max_output_lengths(src, a, b) -> per sentence, its tokens without BOS and EOS."""
+    limit = _limits(model, src, max_len)  # (B,)
+    steps = int(limit.max()) + 1  # the last one can only give EOS
+    state = model.start_decoding(*model.encode(src), steps)
+    out = src.new_full((src.size(0), steps), EOS)
+    rows = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each live row
+    tokens = src.new_full(rows.shape, BOS)
+    for t in range(steps):
+        tokens = _next_logprobs(model, tokens, state, t >= limit[rows]).argmax(-1)  # (N,)
+        out[rows, t] = tokens
+        live = (tokens != EOS).nonzero().squeeze(1)
+        if len(live) == 0:
+            break
+        if len(live) < len(rows):
+            rows, tokens = rows[live], tokens[live]
+            state.select(live)
+    return [seq[: seq.index(EOS)] for seq in out.tolist()]
+
+
+@torch.no_grad()
+def beam_search(
+    model: Transformer,
+    src: Tensor,
+    beam: int,
+    alpha: float = 0.6,
+    max_len_a: float = 1.5,
+    max_len_b: int = 10,
+    nbest: int = 1,
+    no_repeat_ngram: int = 0,
+) -> list[list[Hypothesis]]:
+    """Beam search over all sentences and beams at once -> per sentence, its `nbest` best
+    hypotheses (fewer only if fewer exist), best first by score = logprob / length_penalty(L),
+    where the length L counts EOS.
+
+    Each step extends the k = `beam` live hypotheses of a sentence by every token and ranks
+    the k * V extensions by log-probability; an EOS among the k best finishes a hypothesis,
+    the k best others live on. A sentence is done when no live hypothesis can still beat its
+    nbest-th finished one; its rows then leave the cache.
+    """
+    n_src, device = src.size(0), src.device
+    limit = _limits(model, src, max_output_lengths(src, max_len_a, max_len_b))  # (B,)
+    steps = int(limit.max()) + 1
+    state = model.start_decoding(*model.encode(src), steps)
+    state.select(torch.arange(n_src, device=device).repeat_interleave(beam))  # (B * k) rows
+    # the nbest best finished hypotheses of each sentence so far
+    fin_score = torch.full((n_src, nbest), NEG_INF, device=device)
+    fin_logprob = torch.full((n_src, nbest), NEG_INF, device=device)
+    fin_tokens = src.new_full((n_src, nbest, steps), PAD)
+    # the live hypotheses: k per unfinished sentence, their rows in the cache in that order
+    sent = torch.arange(n_src, device=device)  # (N,) sentence of each group of k rows
+    alive = torch.full((n_src, beam), NEG_INF, device=device)  # (N, k) their log-probs
+    alive[:, 0] = 0.0  # the k beams start as copies of one
+    history = src.new_full((n_src * beam, steps), PAD)  # (N * k, steps) their tokens
+    tokens = src.new_full((n_src * beam,), BOS)
+    for t in range(steps):
+        n = len(sent)
+        logprobs = _next_logprobs(model, tokens, state, (t >= limit[sent]).repeat_interleave(beam))
+        if no_repeat_ngram and t >= no_repeat_ngram:
+            banned = _repeated_ngrams(history[:, :t], no_repeat_ngram, logprobs.size(1))
+            logprobs.masked_fill_(banned, NEG_INF)
+        # the 2k best extensions: at most k end in EOS (one per beam), so k others remain
+        vocab = logprobs.size(1)
+        cand, idx = (alive.view(-1, 1) + logprobs).view(n, beam * vocab).topk(2 * beam)  # (N, 2k)
+        origin = idx // vocab + torch.arange(n, device=device).unsqueeze(1) * beam  # its row
+        word = idx % vocab
+        ends = word == EOS
+        finished = ends & (torch.arange(2 * beam, device=device) < beam)  # EOS in the top k
+        if finished.any():
+            score = torch.where(finished, cand / length_penalty(t + 1, alpha), NEG_INF)
+            top, pick = torch.cat([fin_score[sent], score], 1).topk(nbest)  # (N, nbest)
+            fin_score[sent] = top
+            fin_logprob[sent] = torch.cat([fin_logprob[sent], cand], 1).gather(1, pick)
+            pool = torch.cat([fin_tokens[sent], history[origin]], 1)  # (N, nbest + 2k, steps)
+            fin_tokens[sent] = pool.gather(1, pick.unsqueeze(2).expand(-1, -1, steps))
+        alive, pick = cand.masked_fill(ends, NEG_INF).topk(beam)  # (N, k)
+        origin, word = origin.gather(1, pick), word.gather(1, pick)
+        # log-probs only fall, and the penalty grows at most to that of the longest output
+        reachable = alive[:, 0] / length_penalty(limit[sent] + 1, alpha)  # (N,)
+        keep = (fin_score[sent, -1] < reachable).nonzero().squeeze(1)  # (N',)
+        if len(keep) == 0:
+            break
+        rows = origin[keep].flatten()  # reorders beams and drops done sentences at once
+        state.select(rows)
+        history = history[rows]
+        tokens = word[keep].flatten()
+        history[:, t] = tokens
+        alive, sent = alive[keep], sent[keep]
+    return [
+        [
+            Hypothesis([w for w in seq if w != PAD], s, lp)
+            for seq, s, lp in zip(*hyps)
+            if s > NEG_INF
+        ]
+        for hyps in zip(fin_tokens.tolist(), fin_score.tolist(), fin_logprob.tolist())
+    ]
+
+
+def _repeated_ngrams(history: Tensor, n: int, vocab: int) -> Tensor:
+    """history (R, t) tokens so far, t >= n -> (R, V) True at the tokens that would repeat an
+    n-gram: those that followed an earlier occurrence of the last n - 1 tokens."""
+    grams = history.unfold(1, n, 1)  # (R, t - n + 1, n) every n-gram so far
+    recent = history[:, history.size(1) - n + 1 :].unsqueeze(1)  # (R, 1, n - 1)
+    seen = (grams[:, :, :-1] == recent).all(-1)  # (R, t - n + 1)
+    counts = torch.zeros(len(history), vocab, device=history.device)
+    return counts.scatter_add_(1, grams[:, :, -1], seen.float()) > 0

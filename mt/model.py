@@ -1,0 +1,271 @@
+"""The encoder–decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017).
+
+Reads in the order of the paper: positional encodings (3.5), attention (3.2), the layers with
+their feed-forward networks and residual connections (3.1, 3.3), then the whole model with its
+embeddings (3.4), and last the cache for decoding one token at a time.
+
+Shapes: B batch, S source length, T target length, D d_model, H heads, K = D / H per head,
+V vocabulary, L decoder layers. Masks are bool and True where attention is allowed:
+`src_keep` (B, 1, 1, S), as `encode` returns it, is True at real (non-PAD) source tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mt.config import ModelConfig
+
+PAD, BOS, EOS, UNK = 0, 1, 2, 3  # fixed in every vocabulary
+
+
+def sinusoids(length: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) (3.5) -> (length, D)."""
+    freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))  # (D/2,)
+    angle = torch.arange(length).unsqueeze(1) * freq  # (length, D/2)
+    return torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)  # sin, cos interleaved
+
+
+class Attention(nn.Module):
+    """Multi-head scaled dot-product attention (3.2.1, 3.2.2), computed by SDPA.
+
+    Subclasses project queries, keys and values; this class splits heads, attends and applies
+    the output projection W^O. With `need_weights` set (by `Transformer.attention_weights`)
+    it takes a slower explicit-softmax path and keeps the weights in `self.weights`.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.heads, self.d_head = cfg.heads, cfg.d_model // cfg.heads
+        self.dropout = cfg.attention_dropout
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.need_weights, self.weights = False, None
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        # (B, L, n*D) -> (n, B, H, L, K): the n fused projections, each split into heads
+        return x.unflatten(-1, (-1, self.heads, self.d_head)).permute(2, 0, 3, 1, 4)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
+        # q (B, H, T, K); k, v (B, H, Lk, K); mask broadcasts to (B, H, T, Lk) -> (B, T, D)
+        if self.need_weights:
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, Lk)
+            if causal:
+                mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            self.weights = scores.softmax(-1)
+            y = self.weights @ v
+        else:
+            dropout = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, mask, dropout, is_causal=causal)
+        return self.out(y.transpose(1, 2).flatten(2))  # concatenate the heads: (B, T, D)
+
+
+class SelfAttention(Attention):
+    """Queries, keys and values from the same sequence, by one fused Linear."""
+
+    def __init__(self, cfg: ModelConfig, causal: bool):
+        super().__init__(cfg)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.causal = causal  # the decoder's: position t sees positions <= t only
+
+    def forward(self, x: Tensor, mask=None, cache: Tensor | None = None, step=0) -> Tensor:
+        # x (B, T, D). Decoding step by step, x is position `step` alone (T = 1) and
+        # cache (2, B, H, max_len, K) holds the keys and values of the positions before it.
+        q, k, v = self.split_heads(self.qkv(x))  # 3 x (B, H, T, K)
+        if cache is None:
+            return self.attend(q, k, v, mask, self.causal)
+        cache[:, :, :, step : step + 1] = torch.stack((k, v))
+        k, v = cache[:, :, :, : step + 1]  # all positions so far: no mask needed
+        return self.attend(q, k, v)
+
+
+class CrossAttention(Attention):
+    """Decoder queries over the encoder output; keys and values by one fused Linear."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+
+    def memory_kv(self, memory: Tensor) -> Tensor:
+        return self.split_heads(self.kv(memory))  # (B, S, D) -> (2, B, H, S, K)
+
+    def forward(self, x: Tensor, memory_kv: Tensor, src_keep: Tensor) -> Tensor:
+        # x (B, T, D), memory_kv (2, B, H, S, K) -> (B, T, D)
+        (q,) = self.split_heads(self.q(x))
+        k, v = memory_kv
+        return self.attend(q, k, v, src_keep)
+
+
+class Layer(nn.Module):
+    """What encoder and decoder layers share: the position-wise feed-forward network (3.3)
+    and the residual connection around every sub-layer."""
+
+    def __init__(self, cfg: ModelConfig, sublayers: int):
+        super().__init__()
+        activation = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
+        self.ff = nn.Sequential(
+            nn.Linear(cfg.d_model, cfg.d_ff), activation, nn.Linear(cfg.d_ff, cfg.d_model)
+        )
+        self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(sublayers))
+        self.drop = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
+
+    def residual(self, x: Tensor, i: int, sublayer) -> Tensor:
+        if self.norm_first:  # pre-norm: more stable to train deep or without warmup
+            return x + self.drop(sublayer(self.norms[i](x)))
+        return self.norms[i](x + self.drop(sublayer(x)))  # the paper: LayerNorm(x + Sublayer(x))
+
+
+class EncoderLayer(Layer):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg, sublayers=2)
+        self.self_attn = SelfAttention(cfg, causal=False)
+
+    def forward(self, x: Tensor, src_keep: Tensor) -> Tensor:  # x (B, S, D) -> (B, S, D)
+        x = self.residual(x, 0, lambda h: self.self_attn(h, src_keep))
+        return self.residual(x, 1, self.ff)
+
+
+class DecoderLayer(Layer):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg, sublayers=3)
+        self.self_attn = SelfAttention(cfg, causal=True)
+        self.cross_attn = CrossAttention(cfg)
+
+    def forward(self, x, memory_kv, src_keep, cache=None, step=0) -> Tensor:
+        # x (B, T, D) -> (B, T, D); cache and step as in SelfAttention
+        x = self.residual(x, 0, lambda h: self.self_attn(h, cache=cache, step=step))
+        x = self.residual(x, 1, lambda h: self.cross_attn(h, memory_kv, src_keep))
+        return self.residual(x, 2, self.ff)
+
+
+class Transformer(nn.Module):
+    """Encoder–decoder Transformer. `forward` returns logits; callers apply log_softmax.
+
+    Embeddings (3.4): with `share_embeddings`, the target embedding and the output projection
+    are one matrix, and with a joint vocabulary the source embedding is that matrix too.
+    `joint` defaults to "the vocabularies have the same size"; pass it to say so exactly.
+    """
+
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint: bool | None = None):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.src_embed = nn.Embedding(src_vocab, d, padding_idx=PAD)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d, padding_idx=PAD)
+        self.out = nn.Linear(d, tgt_vocab, bias=False)
+        joint = src_vocab == tgt_vocab if joint is None else joint
+        if joint and src_vocab != tgt_vocab:
+            raise ValueError(f"a joint vocabulary has one size, not {src_vocab} and {tgt_vocab}")
+        if cfg.share_embeddings:
+            self.out.weight = self.tgt_embed.weight
+            if joint:
+                self.src_embed.weight = self.tgt_embed.weight
+        self.register_buffer("pe", sinusoids(cfg.max_positions, d), persistent=False)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # pre-norm leaves the residual stream unnormalised: normalise the stack's output
+        self.encoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        # as fairseq: scaled by sqrt(D) in `embed`, embeddings start at unit variance
+        for table in {self.src_embed.weight, self.tgt_embed.weight, self.out.weight}:
+            nn.init.normal_(table, 0.0, self.cfg.d_model**-0.5)
+        with torch.no_grad():
+            self.src_embed.weight[PAD] = self.tgt_embed.weight[PAD] = 0.0
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())  # a shared matrix counts once
+
+    def embed(self, table: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+        # tokens (B, L) at positions start.. -> (B, L, D)
+        end = start + tokens.size(1)
+        if end > len(self.pe):
+            raise ValueError(
+                f"sequence of {end} tokens is longer than max_positions ({len(self.pe)})"
+            )
+        x = table(tokens) * math.sqrt(self.cfg.d_model) + self.pe[start:end]
+        return self.drop(x)
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        # src (B, S) -> memory (B, S, D), src_keep (B, 1, 1, S)
+        src_keep = (src != PAD)[:, None, None, :]
+        x = self.embed(self.src_embed, src)
+        for layer in self.encoder:
+            x = layer(x, src_keep)
+        return self.encoder_norm(x), src_keep
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_keep: Tensor) -> Tensor:
+        # tgt_in (B, T), starting with BOS; padding only at the end, which the causal mask
+        # already hides from real positions -> logits (B, T, V)
+        x = self.embed(self.tgt_embed, tgt_in)
+        for layer in self.decoder:
+            x = layer(x, layer.cross_attn.memory_kv(memory), src_keep)
+        return self.out(self.decoder_norm(x))
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        # src (B, S), tgt_in (B, T) -> logits (B, T, V)
+        return self.decode(tgt_in, *self.encode(src))
+
+    @torch.no_grad()
+    def attention_weights(self, src: Tensor, tgt_in: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per decoder layer: self-attention (B, H, T, T) and cross-attention (B, H, T, S)
+        weights of the teacher-forced pass, from the explicit-softmax path (slow)."""
+        attns = [attn for layer in self.decoder for attn in (layer.self_attn, layer.cross_attn)]
+        for attn in attns:
+            attn.need_weights = True
+        try:
+            self(src, tgt_in)
+            return [(layer.self_attn.weights, layer.cross_attn.weights) for layer in self.decoder]
+        finally:
+            for attn in attns:
+                attn.need_weights, attn.weights = False, None
+
+    def start_decoding(self, memory: Tensor, src_keep: Tensor, max_len: int) -> DecoderState:
+        """The cache for decoding up to `max_len` positions (BOS included) one at a time."""
+        memory_kv = torch.stack([layer.cross_attn.memory_kv(memory) for layer in self.decoder])
+        _, _, b, h, _, k = memory_kv.shape  # (L, 2, B, H, S, K)
+        self_kv = memory_kv.new_zeros(len(self.decoder), 2, b, h, max_len, k)
+        return DecoderState(src_keep, memory_kv, self_kv)
+
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
+        """tokens (B,): the previous output token (BOS first) -> logits (B, V) for the next
+        one. Appends this position's self-attention keys and values to `state`."""
+        if state.step == state.self_kv.size(4):
+            raise ValueError(f"decoding past max_len ({state.step}) given to start_decoding")
+        x = self.embed(self.tgt_embed, tokens.unsqueeze(1), start=state.step)  # (B, 1, D)
+        for i, layer in enumerate(self.decoder):  # index: unbind's views can't be written
+            x = layer(x, state.memory_kv[i], state.src_keep, state.self_kv[i], state.step)
+        state.step += 1
+        return self.out(self.decoder_norm(x.squeeze(1)))
+
+
+@dataclass
+class DecoderState:
+    """The cache that incremental decoding carries from step to step, for B rows
+    (sentences, or sentences x beams)."""
+
+    src_keep: Tensor  # (B, 1, 1, S)
+    memory_kv: Tensor  # (L, 2, B, H, S, K): cross-attention keys and values, computed once
+    self_kv: Tensor  # (L, 2, B, H, max_len, K): self-attention keys and values, by position
+    step: int = 0  # positions decoded so far
+
+    def select(self, index: Tensor) -> None:
+        """Keep rows `index` (B',) in that order: reorders beams, drops finished sentences."""
+        self.src_keep = self.src_keep.index_select(0, index)
+        self.memory_kv = self.memory_kv.index_select(2, index)
+        self.self_kv = self.self_kv.index_select(2, index)

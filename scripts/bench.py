@@ -1,0 +1,295 @@
+"""`make bench`: run every benchmark and rewrite docs/benchmarks.md.
+
+Steps (each saves its result in runs/bench/results.json, so a step can be re-run alone with
+--only and the page rebuilt from what is there):
+
+  speed    ours vs torch.nn.Transformer, training tokens/s on identical batches (one process)
+  recipe   the 20-minute CPU recipe (configs/tatoeba_cpu.yaml) trained from scratch
+  quality  BLEU/chrF, greedy and beam 5, Tatoeba test and FLORES-200 devtest, peak memory
+  decode   decoding speed, batched vs one sentence at a time, greedy and beam 5
+
+    python scripts/bench.py --data ../shared/data [--only speed,decode] [--minutes 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "runs" / "bench" / "results.json"
+RUN = ROOT / "runs" / "bench" / "tatoeba_cpu"
+DOC = ROOT / "docs" / "benchmarks.md"
+PY = sys.executable
+MT = str(Path(sys.executable).parent / "mt")
+
+
+def run(args: list[str], log: Path | None = None) -> tuple[str, float]:
+    """Run a command; return its stdout and its peak resident memory in GiB."""
+    print("$", shlex.join(args), file=sys.stderr, flush=True)
+    with open(log, "w") if log else open(os.devnull, "w") as err:
+        process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
+        out = process.stdout.read()
+        _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(
+            f"failed ({os.waitstatus_to_exitcode(status)}): {shlex.join(args)}"
+            + (f"; see {log}" if log else "")
+        )
+    return out, usage.ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
+
+
+def last_json(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def data_overrides(data: Path) -> list[str]:
+    return [
+        arg
+        for split in ("train", "valid", "test")
+        for arg in ("--set", f"data.files.{split}={data / f'tatoeba_en_es.{split}.jsonl.gz'}")
+    ]
+
+
+def step_speed(data: Path, results: dict) -> None:
+    out, _ = run([PY, "scripts/bench_train_speed.py", "--data", str(data)])
+    results["speed"] = last_json(out)
+
+
+def step_recipe(data: Path, results: dict, minutes: float) -> None:
+    RUN.parent.mkdir(parents=True, exist_ok=True)
+    args = [
+        MT,
+        "train",
+        "--config",
+        "tatoeba_cpu.yaml",
+        *data_overrides(data),
+        "--set",
+        f"run.dir={RUN}",
+        "--set",
+        f"train.max_minutes={minutes}",
+        "--restart",
+    ]
+    _, peak = run(args, log=RUN.parent / "train.log")
+    metrics = [json.loads(line) for line in (RUN / "metrics.jsonl").read_text().splitlines()]
+    train = [m for m in metrics if m["kind"] == "train"]
+    results["recipe"] = {
+        "command": shlex.join(["mt", *args[1:]]).replace(str(ROOT) + "/", ""),
+        "peak_gib": peak,
+        "valid": [
+            {k: m[k] for k in ("step", "elapsed_s", "bleu", "loss")}
+            for m in metrics
+            if m["kind"] == "valid"
+        ],
+        "steps": train[-1]["step"] if train else 0,
+        "tokens_per_s": sum(m["tokens_per_s"] for m in train[1:]) / max(len(train) - 1, 1),
+        "padding": sum(m["padding"] for m in train) / max(len(train), 1),
+    }
+
+
+def step_quality(data: Path, results: dict) -> None:
+    rows = []
+    for name, file in (
+        ("Tatoeba test", "tatoeba_en_es.test.jsonl.gz"),
+        ("FLORES-200 devtest", "flores200_devtest_en_es.jsonl.gz"),
+    ):
+        for beam in (1, 5):
+            out, peak = run(
+                [
+                    MT,
+                    "evaluate",
+                    str(RUN),
+                    "--pairs",
+                    str(data / file),
+                    "--beam",
+                    str(beam),
+                    "--json",
+                    "--device",
+                    "cpu",
+                ]
+            )
+            result = last_json(out)
+            rows.append(
+                {
+                    "set": name,
+                    "beam": beam,
+                    "peak_gib": peak,
+                    **{
+                        k: result[k]
+                        for k in (
+                            "bleu",
+                            "chrf",
+                            "bleu_signature",
+                            "chrf_signature",
+                            "sentences",
+                            "seconds",
+                        )
+                    },
+                }
+            )
+    results["quality"] = rows
+
+
+def step_decode(data: Path, results: dict) -> None:
+    out, _ = run(
+        [
+            PY,
+            "scripts/bench_decode.py",
+            str(RUN),
+            "--pairs",
+            str(data / "tatoeba_en_es.test.jsonl.gz"),
+        ]
+    )
+    results["decode"] = last_json(out)
+
+
+def machine() -> str:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    import torch
+
+    return (
+        f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python "
+        f"{platform.python_version()}, torch {torch.__version__}"
+    )
+
+
+def render(results: dict) -> str:
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` (`scripts/bench.py`) on {results.get('date', '?')}.",
+        f"Machine: {results.get('machine', '?')}.",
+        "",
+    ]
+    if "speed" in results:
+        s = results["speed"]
+        ours, ref = s["tokens_per_s"]["ours"], s["tokens_per_s"]["torch.nn.Transformer"]
+        lines += [
+            "## Training speed: ours against torch.nn.Transformer",
+            "",
+            f"Same shape ({', '.join(f'{k} {v}' for k, v in s['shape'].items())}), same "
+            f"Tatoeba batches of {s['max_tokens']} tokens (padding {s['padding']:.1%}), "
+            f"{s['updates_per_model']} updates each in alternating blocks, one process, "
+            f"{s['device']}, {s['precision']}, {s['threads']} threads. "
+            "Command: `python scripts/bench_train_speed.py --data ../shared/data`.",
+            "",
+            "| model | target tokens/s |",
+            "|---|---:|",
+            f"| mt | {ours:,.0f} |",
+            f"| torch.nn.Transformer | {ref:,.0f} |",
+            "",
+            f"**Ratio ours / reference: {s['ratio_ours_over_reference']:.2f}**",
+            "",
+        ]
+    if "recipe" in results:
+        r = results["recipe"]
+        lines += [
+            "## The 20-minute CPU recipe on Tatoeba",
+            "",
+            f"Command: `{r['command']}`",
+            "",
+            f"{r['steps']} updates, {r['tokens_per_s']:,.0f} target tokens/s on average, "
+            f"padding {r['padding']:.1%} of batch cells, peak memory {r['peak_gib']:.2f} GiB.",
+            "",
+            "Validation BLEU (greedy, fixed subset) over time:",
+            "",
+            "| update | minutes | valid loss | valid BLEU |",
+            "|---:|---:|---:|---:|",
+            *(
+                f"| {v['step']} | {v['elapsed_s'] / 60:.1f} | {v['loss']:.3f} | {v['bleu']:.2f} |"
+                for v in r["valid"]
+            ),
+            "",
+        ]
+    if "quality" in results:
+        lines += [
+            "## Test quality (best checkpoint)",
+            "",
+            "| test set | search | BLEU | chrF | sentences | seconds | peak GiB |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for q in results["quality"]:
+            search = "greedy" if q["beam"] == 1 else f"beam {q['beam']}"
+            lines.append(
+                f"| {q['set']} | {search} | {q['bleu']:.2f} | {q['chrf']:.2f} | "
+                f"{q['sentences']} | {q['seconds']:.1f} | {q['peak_gib']:.2f} |"
+            )
+        signatures = sorted(
+            {q["bleu_signature"] for q in results["quality"]}
+            | {q["chrf_signature"] for q in results["quality"]}
+        )
+        lines += [
+            "",
+            "sacreBLEU signatures: " + "; ".join(f"`{s}`" for s in signatures),
+            "",
+            "Command: `mt evaluate runs/bench/tatoeba_cpu --pairs FILE --beam N --json`",
+            "",
+        ]
+    if "decode" in results:
+        d = results["decode"]
+        lines += [
+            "## Decoding speed",
+            "",
+            f"Tatoeba test ({d['sentences']} sentences batched {d['batch_sentences']} at "
+            f"a time; {d['single_sentences']} sentences one at a time), same model, one "
+            f"process, {d['threads']} threads. Command: `python scripts/bench_decode.py "
+            "runs/bench/tatoeba_cpu --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz`.",
+            "",
+            "| search | batched sentences/s | one at a time | speed-up |",
+            "|---|---:|---:|---:|",
+        ]
+        for beam in (1, 5):
+            b = d[f"beam{beam}"]
+            lines.append(
+                f"| {'greedy' if beam == 1 else 'beam 5'} | "
+                f"{b['batched_sentences_per_s']:.1f} | {b['single_sentences_per_s']:.1f}"
+                f" | {b['speedup']:.1f}x |"
+            )
+        lines.append("")
+    lines += results.get("notes", [])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--only", default="speed,recipe,quality,decode")
+    parser.add_argument("--minutes", type=float, default=20.0)
+    args = parser.parse_args()
+    data = args.data.resolve()
+    if not (data / "tatoeba_en_es.train.jsonl.gz").is_file():
+        raise SystemExit(f"{data}: the Tatoeba files are not there (set DATA=...)")
+    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    steps = {
+        "speed": lambda: step_speed(data, results),
+        "recipe": lambda: step_recipe(data, results, args.minutes),
+        "quality": lambda: step_quality(data, results),
+        "decode": lambda: step_decode(data, results),
+    }
+    for name in args.only.split(","):
+        steps[name]()
+        results["date"] = datetime.date.today().isoformat()
+        results["machine"] = machine()
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=2))
+        DOC.parent.mkdir(parents=True, exist_ok=True)
+        DOC.write_text(render(results))
+    print(f"wrote {DOC}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

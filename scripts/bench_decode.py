@@ -1,0 +1,87 @@
+"""Decoding speed: batched greedy and beam search against one sentence at a time.
+
+Same model, same sentences, one process. Prints one JSON object with sentences per second
+for each way and the batched / one-at-a-time ratios.
+
+    python scripts/bench_decode.py CHECKPOINT --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from mt import checkpoint
+from mt.data import read_pairs_jsonl
+from mt.evaluate import translate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--pairs", required=True)
+    parser.add_argument(
+        "--single",
+        type=int,
+        default=200,
+        help="sentences decoded one at a time (a slice: it is slow)",
+    )
+    parser.add_argument(
+        "--batch-sentences",
+        type=int,
+        default=64,
+        help="sentences per batch, as the peers were measured",
+    )
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+
+    loaded = checkpoint.load(args.checkpoint, args.device)
+    sources = [src for src, _ in read_pairs_jsonl(args.pairs, "en", "es")]
+    decode = loaded.config.decode
+    # batch_tokens large enough that --batch-sentences sentences fit, as in a fixed-size batch
+    longest = max(len(loaded.src_tokenizer.encode(s).ids) for s in sources) + 1
+
+    def rate(texts: list[str], beam: int, per_batch: int) -> float:
+        started = time.perf_counter()
+        for i in range(0, len(texts), per_batch):
+            translate(
+                loaded.model,
+                loaded.src_tokenizer,
+                loaded.tgt_tokenizer,
+                texts[i : i + per_batch],
+                decode,
+                beam=beam,
+                batch_tokens=per_batch * longest * beam,
+                device=args.device,
+            )
+        return len(texts) / (time.perf_counter() - started)
+
+    with torch.inference_mode():
+        rate(sources[:64], 5, 64)  # warm-up
+        results = {}
+        for beam in (1, 5):
+            batched = rate(sources, beam, args.batch_sentences)
+            single = rate(sources[: args.single], beam, 1)
+            results[f"beam{beam}"] = {
+                "batched_sentences_per_s": batched,
+                "single_sentences_per_s": single,
+                "speedup": batched / single,
+            }
+    print(
+        json.dumps(
+            {
+                "sentences": len(sources),
+                "single_sentences": args.single,
+                "batch_sentences": args.batch_sentences,
+                "threads": torch.get_num_threads(),
+                **results,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""Greedy and beam search: against a known distribution, exhaustive search and each other;
+scores against teacher forcing; batching, n-best lists, n-gram blocking, length limits."""
+
+import itertools
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from test_model import VOCAB, pad, random_batch, tiny_model, trained_model
+
+from mt.config import ModelConfig
+from mt.decode import beam_search, greedy, length_penalty, max_output_lengths
+from mt.model import BOS, EOS, PAD
+
+
+def random_model():
+    """Untrained: it hardly ever chooses EOS, so its outputs run to the length limit."""
+    return tiny_model(seed=3)
+
+
+def mixed_batch():
+    return random_batch([9, 3, 6, 5, 8, 2], seed=4)
+
+
+def trained():
+    """The model fitted to test_model's tiny corpus, its sources as a batch, its targets."""
+    model, sources, targets, _ = trained_model()
+    return model, pad(sources), targets
+
+
+@pytest.fixture(params=["random", "trained"])
+def model_and_batch(request):
+    return (random_model(), mixed_batch()) if request.param == "random" else trained()[:2]
+
+
+@torch.no_grad()
+def teacher_forced_logprobs(model, src: torch.Tensor, outputs: list[list[int]]) -> list[float]:
+    """log p(output, EOS | src) of each output, by one full forward pass; src (S,) may be padded."""
+    tgt_in, tgt_out = pad([[BOS, *out] for out in outputs]), pad([[*out, EOS] for out in outputs])
+    logits = model(src[src != PAD].expand(len(outputs), -1), tgt_in)
+    logprobs = logits.log_softmax(-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)
+    return logprobs.masked_fill(tgt_out == PAD, 0.0).sum(1).tolist()
+
+
+class ChainModel:
+    """A stand-in for Transformer whose next token depends on the previous one only. It has
+    three outputs: [] (p = 0.4), [a] (0.27) and [a, b, c, d] (0.33), which greedy picks."""
+
+    cfg = ModelConfig()
+    a, b, c, d = 4, 5, 6, 7
+
+    def __init__(self):
+        a, b, c, d = self.a, self.b, self.c, self.d
+        arcs = [(BOS, EOS, 0.4), (BOS, a, 0.6), (a, EOS, 0.45), (a, b, 0.55), (b, c, 1.0)]
+        self.logits = torch.full((8, 8), -30.0)  # [previous token, next token]
+        for prev, nxt, p in [*arcs, (c, d, 1.0), (d, EOS, 1.0)]:
+            self.logits[prev, nxt] = math.log(p)
+
+    def encode(self, src):
+        return src, None
+
+    def start_decoding(self, memory, src_keep, max_len):
+        return SimpleNamespace(select=lambda index: None)  # nothing cached
+
+    def decode_step(self, tokens, state):
+        return self.logits[tokens]
+
+
+def test_search_on_a_known_distribution():
+    model, src = ChainModel(), torch.tensor([[4, 5, EOS]])
+    chain = [model.a, model.b, model.c, model.d]
+    assert greedy(model, src, 10) == [chain]
+    # an EOS ranked second, below the beam of one, finishes nothing
+    assert beam_search(model, src, beam=1, alpha=0.0)[0][0].tokens == chain
+    assert beam_search(model, src, beam=2, alpha=0.0)[0][0].tokens == []  # the most probable
+    # with a length penalty the chain wins (score -0.67 against -0.92 for []), but only a search
+    # that bounds the scores reachable from [a, b] (log-prob -1.11) looks past [] to find it
+    assert beam_search(model, src, beam=2, alpha=1.0)[0][0].tokens == chain
+
+
+def test_beam_of_one_is_greedy(model_and_batch):
+    model, src = model_and_batch
+    hyps = beam_search(model, src, beam=1, alpha=0.0, max_len_a=1.5, max_len_b=10)
+    assert [h[0].tokens for h in hyps] == greedy(model, src, max_output_lengths(src, 1.5, 10))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_exhaustive_beam_finds_the_best_outputs(alpha):
+    """A beam as wide as the set of all outputs of up to two tokens is exact search: its n-best
+    list is the best of them all, each scored by teacher forcing."""
+    model, src = random_model(), random_batch([5, 3], seed=5)
+    words = [w for w in range(VOCAB) if w not in (PAD, BOS, EOS)]
+    outputs = [[], *([w] for w in words), *map(list, itertools.product(words, repeat=2))]
+    hyps = beam_search(model, src, len(outputs), alpha, max_len_a=0, max_len_b=2, nbest=5)
+    penalties = [length_penalty(len(out) + 1, alpha) for out in outputs]
+    for i, nbest in enumerate(hyps):
+        logprobs = teacher_forced_logprobs(model, src[i], outputs)
+        scores = sorted(((lp / p, out) for lp, p, out in zip(logprobs, penalties, outputs)))[::-1]
+        assert [h.tokens for h in nbest] == [out for _, out in scores[:5]]
+        assert [h.score for h in nbest] == pytest.approx([s for s, _ in scores[:5]], abs=1e-4)
+
+
+def test_beam_scores_no_worse_than_greedy():
+    """Not a theorem (greedy's path can drop out of the beam and still end better, as it does
+    now and then for a random model), but it should hold for a trained model."""
+    model, src, _ = trained()
+    src = torch.cat([src, mixed_batch()])  # seen and unseen sentences
+    best = beam_search(model, src, beam=4, alpha=0.0)
+    for i, tokens in enumerate(greedy(model, src, max_output_lengths(src, 1.5, 10))):
+        logprobs = teacher_forced_logprobs(model, src[i], [tokens, best[i][0].tokens])
+        assert logprobs[1] >= logprobs[0] - 1e-5
+
+
+def test_same_output_alone_as_in_a_batch(model_and_batch):
+    model, src = model_and_batch
+    src = src[:6]
+    in_batch = greedy(model, src, max_output_lengths(src, 1.5, 10))
+    beams = beam_search(model, src, beam=3, nbest=3)
+    for i in range(len(src)):
+        alone = src[i][src[i] != PAD][None]
+        assert greedy(model, alone, max_output_lengths(alone, 1.5, 10)) == [in_batch[i]]
+        (nbest,) = beam_search(model, alone, beam=3, nbest=3)
+        assert [h.tokens for h in nbest] == [h.tokens for h in beams[i]]
+        assert [h.score for h in nbest] == pytest.approx([h.score for h in beams[i]], abs=1e-5)
+
+
+def test_nbest_lists_are_sorted_distinct_and_rescore_exactly():
+    model, src = random_model(), mixed_batch()
+    for alpha, no_repeat_ngram in [(0.6, 0), (0.0, 2)]:
+        hyps = beam_search(model, src, 4, alpha, nbest=4, no_repeat_ngram=no_repeat_ngram)
+        for i, nbest in enumerate(hyps):
+            assert len({tuple(h.tokens) for h in nbest}) == 4
+            assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
+            logprobs = teacher_forced_logprobs(model, src[i], [h.tokens for h in nbest])
+            assert [h.logprob for h in nbest] == pytest.approx(logprobs, abs=1e-4)
+            penalties = [length_penalty(len(h.tokens) + 1, alpha) for h in nbest]
+            assert [h.score for h in nbest] == pytest.approx(
+                [h.logprob / p for h, p in zip(nbest, penalties)]
+            )
+
+
+def test_trained_model_beam_reproduces_its_targets():
+    model, src, targets = trained()
+    assert [h[0].tokens for h in beam_search(model, src, beam=4)] == targets
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_repeat_ngram(n):
+    def repeats(tokens):
+        grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+        return len(grams) - len(set(grams))
+
+    model, src = random_model(), mixed_batch()
+    assert sum(repeats(h[0].tokens) for h in beam_search(model, src, beam=3)) > 0  # not vacuous
+    for nbest in beam_search(model, src, beam=3, nbest=3, no_repeat_ngram=n):
+        assert all(repeats(h.tokens) == 0 for h in nbest)
+
+
+def test_output_lengths_are_limited():
+    model, src = random_model(), mixed_batch()  # runs to the limit: each bound is reached
+    limits = max_output_lengths(src, 0.5, 2)
+    assert limits.tolist() == [6, 3, 5, 4, 6, 3]
+    assert [len(tokens) for tokens in greedy(model, src, limits)] == limits.tolist()
+    hyps = beam_search(model, src, beam=3, nbest=3, max_len_a=0.5, max_len_b=2)
+    assert [max(len(h.tokens) for h in nbest) for nbest in hyps] == limits.tolist()
+    assert all(len(h.tokens) <= limit for nbest, limit in zip(hyps, limits) for h in nbest)
+    short, src = tiny_model(seed=3, max_positions=8), src[:, :8]  # BOS + 7 tokens fill it
+    assert {len(tokens) for tokens in greedy(short, src, 100)} == {7}
+    assert {len(h[0].tokens) for h in beam_search(short, src, beam=2, max_len_b=100)} == {7}
