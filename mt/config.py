@@ -90,9 +90,11 @@ class ModelConfig:
 class TrainConfig:
     max_tokens: int = 4096  # padded tokens per batch (per device), source or target
     accum_steps: int = 1  # batches per optimiser update
-    schedule: Literal["noam", "inverse_sqrt"] = "noam"
+    # noam: the paper; inverse_sqrt: the same shape with an explicit peak `lr`; cosine: warm-up
+    # to `lr`, then a half cosine to 0 at max_steps, for runs whose length is known in advance
+    schedule: Literal["noam", "inverse_sqrt", "cosine"] = "noam"
     lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)
-    lr: float = 5e-4  # inverse_sqrt: peak rate reached after warmup_steps
+    lr: float = 5e-4  # inverse_sqrt, cosine: peak rate reached after warmup_steps
     warmup_steps: int = 4000
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # clip the gradient norm to this; 0 disables
@@ -279,6 +281,12 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
             fail(key, f"must not be negative, got {value}")
     if d.nbest > d.beam:
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
+    if t.schedule == "cosine" and t.max_steps <= t.warmup_steps:
+        fail(
+            "train.max_steps",
+            f"the cosine schedule decays to 0 at max_steps, which must be "
+            f"larger than train.warmup_steps ({t.warmup_steps}); got {t.max_steps}",
+        )
     if config.data.max_ratio < 1.0:
         fail("data.max_ratio", f"must be at least 1, got {config.data.max_ratio}")
     if config.data.src_lang == config.data.tgt_lang:

@@ -66,11 +66,14 @@ def say(message: str) -> None:
 
 
 def learning_rate(step: int, cfg: Config) -> float:
-    """The rate for update `step` (1-based): warm-up, then decay with 1/sqrt(step)."""
+    """The rate for update `step` (1-based): linear warm-up, then the schedule's decay."""
     t, step = cfg.train, max(step, 1)
     if t.schedule == "noam":  # the paper, eq. 3
         return t.lr_scale * cfg.model.d_model**-0.5 * min(step**-0.5, step * t.warmup_steps**-1.5)
-    return t.lr * min(step / t.warmup_steps, (t.warmup_steps / step) ** 0.5)  # inverse_sqrt
+    if step <= t.warmup_steps or t.schedule == "inverse_sqrt":
+        return t.lr * min(step / t.warmup_steps, (t.warmup_steps / step) ** 0.5)
+    progress = min((step - t.warmup_steps) / (t.max_steps - t.warmup_steps), 1.0)  # cosine
+    return t.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):

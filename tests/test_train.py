@@ -85,6 +85,22 @@ def test_inverse_sqrt_schedule_peaks_at_lr():
     assert learning_rate(400, cfg) == pytest.approx(5e-4)
 
 
+def test_cosine_schedule_warms_up_then_decays_to_zero_at_max_steps():
+    cfg = Config()
+    cfg.train.schedule, cfg.train.warmup_steps, cfg.train.lr, cfg.train.max_steps = (
+        "cosine",
+        100,
+        1e-3,
+        1100,
+    )
+    assert learning_rate(50, cfg) == pytest.approx(5e-4)
+    assert learning_rate(100, cfg) == pytest.approx(1e-3)
+    assert learning_rate(600, cfg) == pytest.approx(5e-4)
+    assert learning_rate(1100, cfg) == pytest.approx(0.0, abs=1e-12)
+    rates = [learning_rate(s, cfg) for s in range(100, 1101)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+
+
 # ----------------------------------------------------------------------------- runs
 
 
