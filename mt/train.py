@@ -31,8 +31,8 @@ from .config import Config, ConfigError, MtError, diff_configs, dump_config
 from .data import Prepared, Split, atomic_write_text, collate, prepare, token_batches
 from .model import PAD, Transformer
 
-# Keys that may change between a stop and a resume: they decide when to stop, not what is
-# computed, so the resumed run still matches an uninterrupted one.
+# Keys that may change between a stop and a resume: they decide when to stop or where files
+# go, not what is computed, so the resumed run still matches an uninterrupted one.
 RESUMABLE_KEYS = {
     "train.max_steps",
     "train.max_epochs",
@@ -42,6 +42,7 @@ RESUMABLE_KEYS = {
     "train.log_every",
     "train.keep_last",
     "run.device",
+    "run.dir",
 }
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before training gives up
 
@@ -147,9 +148,8 @@ class Trainer:
 
         resume = self._check_resume(restart)
         if self.main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.data = prepare(config)  # first: a config that fails here is not written
             atomic_write_text(self.run_dir / "config.yaml", dump_config(config))
-            self.data = prepare(config)
         self._barrier()
         if not self.main:
             self.data = prepare(config)
@@ -199,10 +199,13 @@ class Trainer:
         if not (last / checkpoint.WEIGHTS).is_file():
             return None
         _, meta = checkpoint.load_weights(last / checkpoint.WEIGHTS)
+        resumable = set(RESUMABLE_KEYS)
+        if self.config.train.schedule == "cosine":  # its rate depends on max_steps
+            resumable.discard("train.max_steps")
         differing = [
             k
             for k in diff_configs(json.loads(meta["config"]), self.config.to_dict())
-            if k not in RESUMABLE_KEYS
+            if k not in resumable
         ]
         if differing:
             raise ConfigError(

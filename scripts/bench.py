@@ -3,6 +3,7 @@
 Steps (each saves its result in runs/bench/results.json, so a step can be re-run alone with
 --only and the page rebuilt from what is there):
 
+  prepare  `mt prepare --rebuild` on the Tatoeba files: wall time and the data summary
   speed    ours vs torch.nn.Transformer, training tokens/s on identical batches (one process)
   recipe   the 20-minute CPU recipe (configs/tatoeba_cpu.yaml) trained from scratch
   quality  BLEU/chrF, greedy and beam 5, Tatoeba test and FLORES-200 devtest, peak memory
@@ -21,6 +22,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +58,30 @@ def data_overrides(data: Path) -> list[str]:
         for split in ("train", "valid", "test")
         for arg in ("--set", f"data.files.{split}={data / f'tatoeba_en_es.{split}.jsonl.gz'}")
     ]
+
+
+def step_prepare(data: Path, results: dict) -> None:
+    args = [
+        MT,
+        "prepare",
+        "--config",
+        "tatoeba_cpu.yaml",
+        *data_overrides(data),
+        "--set",
+        f"run.dir={RUN.parent / 'prepare'}",
+        "--rebuild",
+        "--json",
+    ]
+    started = time.perf_counter()
+    out, peak = run(args)
+    stats = last_json(out)
+    results["prepare"] = {
+        "seconds": time.perf_counter() - started,
+        "peak_gib": peak,
+        "pairs": stats["pairs"],
+        "dropped": stats["dropped"],
+        "round_trip": stats["round_trip"],
+    }
 
 
 def step_speed(data: Path, results: dict) -> None:
@@ -175,6 +201,20 @@ def render(results: dict) -> str:
         f"Machine: {results.get('machine', '?')}.",
         "",
     ]
+    if "prepare" in results:
+        p = results["prepare"]
+        rt = p["round_trip"]
+        lines += [
+            "## Data preparation",
+            "",
+            f"`mt prepare --config tatoeba_cpu.yaml --rebuild` on the Tatoeba files "
+            f"({sum(p['pairs'].values()):,} pairs after cleaning): **{p['seconds']:.1f} s** "
+            f"wall time from a fresh process, peak memory {p['peak_gib']:.2f} GiB. Pairs "
+            f"{p['pairs']}, dropped {p['dropped']}; round trip decode(encode(s)) == s on "
+            f"{rt['src']:.2%} (en) and {rt['tgt']:.2%} (es) of {rt['sentences']:,} held-out "
+            "sentences.",
+            "",
+        ]
     if "speed" in results:
         s = results["speed"]
         ours, ref = s["tokens_per_s"]["ours"], s["tokens_per_s"]["torch.nn.Transformer"]
@@ -267,7 +307,7 @@ def render(results: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
-    parser.add_argument("--only", default="speed,recipe,quality,decode")
+    parser.add_argument("--only", default="prepare,speed,recipe,quality,decode")
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
     data = args.data.resolve()
