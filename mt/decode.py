@@ -45,9 +45,12 @@ def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
 def _next_logprobs(model, tokens: Tensor, state: DecoderState, force_eos: Tensor) -> Tensor:
     # tokens (R,) the previous ones, force_eos (R,) bool -> (R, V) log-probs of the next token
     logprobs = model.decode_step(tokens, state).float().log_softmax(-1)
-    logprobs[:, [PAD, BOS]] = NEG_INF
-    not_eos = torch.arange(logprobs.size(1), device=tokens.device) != EOS
-    return logprobs.masked_fill(force_eos.unsqueeze(1) & not_eos, NEG_INF)
+    logprobs[:, PAD] = logprobs[:, BOS] = NEG_INF
+    if force_eos.any():  # rare: only rows at their length limit, so no (R, V) mask
+        eos = logprobs[force_eos, EOS]
+        logprobs[force_eos] = NEG_INF
+        logprobs[force_eos, EOS] = eos
+    return logprobs
 
 
 @torch.no_grad()
@@ -135,7 +138,7 @@ def beam_search(
         if len(keep) == 0:
             break
         rows = origin[keep].flatten()  # reorders beams and drops done sentences at once
-        state.select(rows)
+        state.select(rows, same_source=len(keep) == n)
         history = history[rows]
         tokens = word[keep].flatten()
         history[:, t] = tokens

@@ -46,7 +46,7 @@ def translate(
     return [lines[0] for lines in out] if nbest == 1 else out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def translate_ids(
     model: Transformer,
     src_tokenizer: Tokenizer,

@@ -75,12 +75,12 @@ class SelfAttention(Attention):
 
     def forward(self, x: Tensor, mask=None, cache: Tensor | None = None, step=0) -> Tensor:
         # x (B, T, D). Decoding step by step, x is position `step` alone (T = 1) and
-        # cache (2, B, H, max_len, K) holds the keys and values of the positions before it.
+        # cache (max_len, 2, B, H, K) holds the keys and values of the positions before it.
         q, k, v = self.split_heads(self.qkv(x))  # 3 x (B, H, T, K)
         if cache is None:
             return self.attend(q, k, v, mask, self.causal)
-        cache[:, :, :, step : step + 1] = torch.stack((k, v))
-        k, v = cache[:, :, :, : step + 1]  # all positions so far: no mask needed
+        cache[step] = torch.stack((k, v)).squeeze(3)  # (2, B, H, K)
+        k, v = cache[: step + 1].permute(1, 2, 3, 0, 4)  # all positions so far: no mask needed
         return self.attend(q, k, v)
 
 
@@ -239,17 +239,19 @@ class Transformer(nn.Module):
         """The cache for decoding up to `max_len` positions (BOS included) one at a time."""
         memory_kv = torch.stack([layer.cross_attn.memory_kv(memory) for layer in self.decoder])
         _, _, b, h, _, k = memory_kv.shape  # (L, 2, B, H, S, K)
-        self_kv = memory_kv.new_zeros(len(self.decoder), 2, b, h, max_len, k)
+        # position-major, so that appending a position and reordering the rows of the
+        # positions so far both touch one contiguous block
+        self_kv = memory_kv.new_zeros(max_len, len(self.decoder), 2, b, h, k)
         return DecoderState(src_keep, memory_kv, self_kv)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """tokens (B,): the previous output token (BOS first) -> logits (B, V) for the next
         one. Appends this position's self-attention keys and values to `state`."""
-        if state.step == state.self_kv.size(4):
+        if state.step == len(state.self_kv):
             raise ValueError(f"decoding past max_len ({state.step}) given to start_decoding")
         x = self.embed(self.tgt_embed, tokens.unsqueeze(1), start=state.step)  # (B, 1, D)
         for i, layer in enumerate(self.decoder):  # index: unbind's views can't be written
-            x = layer(x, state.memory_kv[i], state.src_keep, state.self_kv[i], state.step)
+            x = layer(x, state.memory_kv[i], state.src_keep, state.self_kv[:, i], state.step)
         state.step += 1
         return self.out(self.decoder_norm(x.squeeze(1)))
 
@@ -261,11 +263,21 @@ class DecoderState:
 
     src_keep: Tensor  # (B, 1, 1, S)
     memory_kv: Tensor  # (L, 2, B, H, S, K): cross-attention keys and values, computed once
-    self_kv: Tensor  # (L, 2, B, H, max_len, K): self-attention keys and values, by position
+    self_kv: Tensor  # (max_len, L, 2, B, H, K): self-attention keys and values, by position
     step: int = 0  # positions decoded so far
 
-    def select(self, index: Tensor) -> None:
-        """Keep rows `index` (B',) in that order: reorders beams, drops finished sentences."""
-        self.src_keep = self.src_keep.index_select(0, index)
-        self.memory_kv = self.memory_kv.index_select(2, index)
-        self.self_kv = self.self_kv.index_select(2, index)
+    def select(self, index: Tensor, same_source: bool = False) -> None:
+        """Keep rows `index` (B',) in that order: reorders beams, drops finished sentences.
+
+        With `same_source`, every row keeps a source that is identical to its old one (beams
+        reordered within their sentence), so the source-side caches need no copy.
+        """
+        if not same_source:
+            self.src_keep = self.src_keep.index_select(0, index)
+            self.memory_kv = self.memory_kv.index_select(2, index)
+        # copy only the positions decoded so far, into a buffer that keeps room for the rest
+        self_kv = self.self_kv.new_empty(
+            len(self.self_kv), *self.self_kv.shape[1:3], len(index), *self.self_kv.shape[4:]
+        )
+        torch.index_select(self.self_kv[: self.step], 3, index, out=self_kv[: self.step])
+        self.self_kv = self_kv

@@ -80,16 +80,36 @@ def learning_rate(step: int, cfg: Config) -> float:
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
     """Label-smoothed cross-entropy and plain NLL, both summed over non-PAD targets.
 
-    One log_softmax serves both: loss = (1 - eps) * nll + eps * mean over the vocabulary of
-    -log p, i.e. cross-entropy against (1 - eps) on the reference and eps spread uniformly.
+    The loss is the cross-entropy against q = (1 - eps) on the reference + eps / V on every
+    token. Both come from one log_softmax, and the gradient is written directly as
+    softmax - q: autograd through log_softmax, gather and sum would make several more passes
+    over the (N, V) matrix, the largest in the model.
     """
-    lprobs = F.log_softmax(logits.float(), dim=-1).flatten(0, -2)  # (N, V)
-    target = target.flatten()  # (N,)
-    # masks multiply rather than index: indexing would copy the (N, V) matrix and its gradient
-    keep = (target != PAD).to(lprobs.dtype)  # (N,)
-    nll = -(lprobs.gather(1, target.unsqueeze(1)).squeeze(1) * keep).sum()
-    uniform = -(lprobs.sum(-1) * keep).sum() / lprobs.size(-1)
-    return (1.0 - epsilon) * nll + epsilon * uniform, nll.detach()
+    return SmoothedLoss.apply(logits.flatten(0, -2), target.flatten(), epsilon)
+
+
+class SmoothedLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, epsilon: float):
+        # logits (N, V), target (N,) -> loss, nll: scalars
+        lprobs = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+        keep = (target != PAD).to(lprobs.dtype)  # (N,): multiply, not index (no copy)
+        nll = -(lprobs.gather(1, target.unsqueeze(1)).squeeze(1) * keep).sum()
+        uniform = -(lprobs.sum(-1) * keep).sum() / lprobs.size(-1)
+        ctx.save_for_backward(lprobs, target, keep)
+        ctx.epsilon, ctx.dtype = epsilon, logits.dtype
+        ctx.mark_non_differentiable(nll)
+        return (1.0 - epsilon) * nll + epsilon * uniform, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
+        lprobs, target, keep = ctx.saved_tensors
+        eps = ctx.epsilon
+        grad = lprobs.exp_()  # softmax, in place: the saved log-probs are used only here
+        grad.sub_(eps / grad.size(-1))
+        grad.scatter_add_(1, target.unsqueeze(1), grad.new_full((len(target), 1), eps - 1.0))
+        grad.mul_((keep * grad_loss).unsqueeze(1))
+        return grad.to(ctx.dtype), None, None
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
@@ -171,7 +191,7 @@ class Trainer:
             betas=(0.9, 0.98),
             eps=1e-9,
             weight_decay=t.weight_decay,
-            fused=self.device.type == "cuda",
+            fused=self.device.type in ("cuda", "cpu"),  # one kernel, not a loop over tensors
         )
         self.autocast = precision_for(t.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)

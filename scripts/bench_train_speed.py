@@ -100,7 +100,7 @@ def main() -> None:
     for model in models.values():
         model.to(device).train()
     optimizers = {
-        name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
         for name, m in models.items()
     }
     tensors = [

@@ -167,7 +167,7 @@ def test_a_lone_path_in_a_file_becomes_a_list(tmp_path: Path, data_file: Path):
         ("model.norm_first=1", ["model.norm_first", "expected true or false"]),
         ("train.lr=fast", ["train.lr", "expected a number", "'fast'"]),
         ("model.activation=tanh", ["model.activation", "must be one of relu, gelu", "'tanh'"]),
-        ("model.d_model=100", ["model.d_model", "not divisible by model.heads (8)"]),
+        ("model.d_model=102", ["model.d_model", "not divisible by model.heads (4)"]),
         ("model.dropout=1.0", ["model.dropout", "[0, 1)", "1.0"]),
         ("model.dropout=-0.1", ["model.dropout", "[0, 1)", "-0.1"]),
         ("tokenizer.vocab_size=259", ["tokenizer.vocab_size", "259", "special tokens"]),

@@ -61,7 +61,7 @@ class ChainModel:
         return src, None
 
     def start_decoding(self, memory, src_keep, max_len):
-        return SimpleNamespace(select=lambda index: None)  # nothing cached
+        return SimpleNamespace(select=lambda index, same_source=False: None)  # nothing cached
 
     def decode_step(self, tokens, state):
         return self.logits[tokens]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -52,19 +53,23 @@ def metric_lines(run_dir: Path) -> list[dict]:
 # ----------------------------------------------------------------------------- loss and schedule
 
 
-def test_smoothed_loss_matches_torch_cross_entropy():
+def test_smoothed_loss_and_its_gradient_match_torch_cross_entropy():
     torch.manual_seed(0)
-    logits = torch.randn(3, 5, 11)
+    logits = torch.randn(3, 5, 11, dtype=torch.float64, requires_grad=True)
     target = torch.randint(4, 11, (3, 5))
     target[0, 3:] = PAD
     target[2, 1:] = PAD
     loss, nll = smoothed_loss(logits, target, 0.1)
+    (ours,) = torch.autograd.grad(loss, logits)
     flat = logits.flatten(0, 1), target.flatten()
     expected = F.cross_entropy(*flat, ignore_index=PAD, label_smoothing=0.1, reduction="sum")
+    (reference,) = torch.autograd.grad(expected, logits)
     plain = F.cross_entropy(*flat, ignore_index=PAD, reduction="sum")
-    assert torch.allclose(loss, expected, atol=1e-5)
-    assert torch.allclose(nll, plain, atol=1e-5)
-    assert loss > nll  # smoothing costs something on a confident-free random model
+    assert torch.allclose(loss, expected, atol=1e-10)
+    assert torch.allclose(nll, plain, atol=1e-10)
+    assert torch.allclose(ours, reference, atol=1e-10)  # the hand-written backward
+    assert ours[2, 1:].abs().max() == 0  # no gradient through padding
+    assert loss > nll
 
 
 def test_noam_schedule_is_the_papers_formula():
@@ -98,7 +103,7 @@ def test_cosine_schedule_warms_up_then_decays_to_zero_at_max_steps():
     assert learning_rate(600, cfg) == pytest.approx(5e-4)
     assert learning_rate(1100, cfg) == pytest.approx(0.0, abs=1e-12)
     rates = [learning_rate(s, cfg) for s in range(100, 1101)]
-    assert all(a >= b for a, b in zip(rates, rates[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(rates))
 
 
 # ----------------------------------------------------------------------------- runs
