@@ -92,7 +92,8 @@ class SmoothedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, epsilon: float):
         # logits (N, V), target (N,) -> loss, nll: scalars
-        lprobs = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+        # at least float32: bf16/fp16 log-probabilities are too coarse for a loss
+        lprobs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1)
         keep = (target != PAD).to(lprobs.dtype)  # (N,): multiply, not index (no copy)
         nll = -(lprobs.gather(1, target.unsqueeze(1)).squeeze(1) * keep).sum()
         uniform = -(lprobs.sum(-1) * keep).sum() / lprobs.size(-1)

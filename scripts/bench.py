@@ -315,6 +315,7 @@ def main() -> None:
         raise SystemExit(f"{data}: the Tatoeba files are not there (set DATA=...)")
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     steps = {
+        "prepare": lambda: step_prepare(data, results),
         "speed": lambda: step_speed(data, results),
         "recipe": lambda: step_recipe(data, results, args.minutes),
         "quality": lambda: step_quality(data, results),
