@@ -1,7 +1,7 @@
 """Training speed of our Transformer against torch.nn.Transformer of the same shape.
 
 Both models train on identical token batches (the Tatoeba training data, our bucketing),
-in alternating blocks inside one process, so machine noise hits both alike. Prints one JSON
+alternating batch by batch in one process, so machine noise hits both alike. Prints one JSON
 object: target tokens per second for each, and their ratio (ours / reference).
 
     python scripts/bench_train_speed.py --data ../shared/data [--steps 40] [--device cpu]
@@ -66,8 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data")
     parser.add_argument("--config", default="tatoeba_cpu.yaml")
-    parser.add_argument("--steps", type=int, default=40, help="timed updates per model")
-    parser.add_argument("--blocks", type=int, default=4, help="alternating blocks")
+    parser.add_argument("--steps", type=int, default=150, help="timed updates per model")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     args = parser.parse_args()
@@ -105,7 +104,7 @@ def main() -> None:
     }
     tensors = [
         [torch.from_numpy(a).to(device) for a in collate(split, b)]
-        for b in batches[: args.steps * args.blocks + 3]
+        for b in batches[: args.steps + 3]
     ]
 
     def step(name: str, batch) -> int:
@@ -127,14 +126,14 @@ def main() -> None:
             step(name, batch)
     tokens = dict.fromkeys(models, 0)
     seconds = dict.fromkeys(models, 0.0)
-    for block in range(args.blocks):
-        chunk = tensors[3 + block * args.steps : 3 + (block + 1) * args.steps]
-        order = list(models) if block % 2 == 0 else list(reversed(models))
+    # Alternate the models batch by batch (in both orders), so that the noise of a shared
+    # machine falls on both alike.
+    for i, batch in enumerate(tensors[3:]):
+        order = list(models) if i % 2 == 0 else list(reversed(models))
         for name in order:
             sync()
             start = time.perf_counter()
-            for batch in chunk:
-                tokens[name] += step(name, batch)
+            tokens[name] += step(name, batch)
             sync()
             seconds[name] += time.perf_counter() - start
     speed = {name: tokens[name] / seconds[name] for name in models}
@@ -150,7 +149,7 @@ def main() -> None:
                     for k in ("d_model", "heads", "encoder_layers", "decoder_layers", "d_ff")
                 },
                 "max_tokens": config.train.max_tokens,
-                "updates_per_model": args.steps * args.blocks,
+                "updates_per_model": args.steps,
                 "tokens_per_s": speed,
                 "ratio_ours_over_reference": speed["ours"] / speed["torch.nn.Transformer"],
                 "padding": pads / cells,
