@@ -225,7 +225,8 @@ def render(results: dict) -> str:
             "",
             f"Same shape ({', '.join(f'{k} {v}' for k, v in s['shape'].items())}), same "
             f"Tatoeba batches of {s['max_tokens']} tokens (padding {s['padding']:.1%}), "
-            f"{s['updates_per_model']} updates each, the two models alternating batch by batch in one process, "
+            f"{s['updates_per_model']} updates each, the two models alternating batch by "
+            "batch in one process, "
             f"{s['device']}, {s['precision']}, {s['threads']} threads. "
             "Command: `python scripts/bench_train_speed.py --data ../shared/data`.",
             "",
