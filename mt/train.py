@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from . import checkpoint
 from .config import Config, ConfigError, MtError, diff_configs, dump_config
-from .data import Prepared, Split, atomic_write_text, collate, prepare, token_batches
+from .data import Split, atomic_write_text, collate, prepare, token_batches
 from .model import PAD, Transformer
 
 # Keys that may change between a stop and a resume: they decide when to stop or where files
@@ -573,6 +573,3 @@ def validation_subset(size: int, wanted: int, seed: int) -> list[int]:
 
 def train(config: Config, restart: bool = False, resume_hint: str = "") -> dict[str, Any]:
     return Trainer(config, restart, resume_hint).run()
-
-
-__all__ = ["Prepared", "Trainer", "learning_rate", "smoothed_loss", "train"]
