@@ -13,7 +13,7 @@ install: $(BIN)/mt
 $(BIN)/mt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
 	$(BIN)/pip install --quiet -e ".[dev,plot]"
 	@touch $@
 
