@@ -28,4 +28,4 @@ bench: install
 	$(BIN)/python scripts/bench.py --data $(DATA)
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache  # never runs/: it holds trained models
