@@ -125,10 +125,10 @@ def prune(ckpt_dir: Path, keep_last: int) -> None:
     steps = sorted(
         (int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := STEP_DIR.match(p.name))
     )
-    keep = {p for _, p in steps[-keep_last:]}
+    keep = {p.resolve() for _, p in steps[-keep_last:]}
     keep |= {(ckpt_dir / link).resolve() for link in ("last", "best") if (ckpt_dir / link).exists()}
     for _, path in steps:
-        if path.resolve() not in {k.resolve() for k in keep}:
+        if path.resolve() not in keep:
             shutil.rmtree(path, ignore_errors=True)
     for leftover in ckpt_dir.glob(".step-*"):  # temporaries of an interrupted save
         shutil.rmtree(leftover, ignore_errors=True)

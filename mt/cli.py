@@ -113,8 +113,8 @@ def _load_checkpoint(checkpoint: str | None, device: str):
     from . import checkpoint as ckpt
     from .train import pick_device
 
-    loaded = ckpt.load(checkpoint or _newest_run(), pick_device(device))
-    return loaded, pick_device(device)
+    dev = pick_device(device)
+    return ckpt.load(checkpoint or _newest_run(), dev), dev
 
 
 def _newest_run() -> Path:

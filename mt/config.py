@@ -20,6 +20,7 @@ import yaml
 
 PACKAGED_CONFIGS = Path(__file__).parent / "configs"
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # fixed ids 0..3 in every vocabulary
+PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 
 
 class MtError(Exception):

@@ -29,7 +29,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from . import tokenizer as tok
-from .config import Config, ConfigError, DataConfig, MtError, one_line
+from .config import BOS, EOS, PAD, Config, ConfigError, DataConfig, MtError, one_line
 
 CACHE_VERSION = 1  # bump when the cache layout or the pipeline's output changes
 SPLITS = ("train", "valid", "test")
@@ -446,20 +446,24 @@ def token_batches(
 
 def collate(split: Split, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Padded arrays for a batch: src + EOS, BOS + tgt (decoder input), tgt + EOS (labels)."""
-    from .model import BOS, EOS, PAD
-
     src = [split.src[i] for i in index]
     tgt = [split.tgt[i] for i in index]
-    src_len = max(map(len, src)) + 1
-    tgt_len = max(map(len, tgt)) + 1
-    src_ids = np.full((len(index), src_len), PAD, np.int64)
-    tgt_in = np.full((len(index), tgt_len), PAD, np.int64)
-    tgt_out = np.full((len(index), tgt_len), PAD, np.int64)
-    for row, (s, t) in enumerate(zip(src, tgt)):
-        src_ids[row, : len(s)] = s
-        src_ids[row, len(s)] = EOS
-        tgt_in[row, 0] = BOS
-        tgt_in[row, 1 : len(t) + 1] = t
-        tgt_out[row, : len(t)] = t
-        tgt_out[row, len(t)] = EOS
-    return src_ids, tgt_in, tgt_out
+    return pad_batch(src, suffix=EOS), pad_batch(tgt, prefix=BOS), pad_batch(tgt, suffix=EOS)
+
+
+def pad_batch(
+    seqs: Sequence[Sequence[int]], prefix: int | None = None, suffix: int | None = None
+) -> np.ndarray:
+    """Sequences as the rows of a PAD-filled (B, longest + extras) int64 array, each with an
+    optional token before (BOS) and after (EOS): one scatter, no loop over the rows."""
+    lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))  # (B,)
+    start = int(prefix is not None)
+    out = np.full((len(seqs), int(lengths.max()) + start + (suffix is not None)), PAD, np.int64)
+    columns = np.arange(out.shape[1])
+    # row-major order of the mask matches the order of the concatenated tokens
+    out[(columns >= start) & (columns < start + lengths[:, None])] = np.concatenate(seqs)
+    if prefix is not None:
+        out[:, 0] = prefix
+    if suffix is not None:
+        out[np.arange(len(seqs)), start + lengths] = suffix
+    return out

@@ -13,8 +13,9 @@ from tqdm import tqdm
 
 from . import tokenizer as tok
 from .config import DecodeConfig
+from .data import pad_batch
 from .decode import Hypothesis, beam_search, greedy, max_output_lengths
-from .model import EOS, PAD, Transformer
+from .model import EOS, Transformer
 
 
 def translate(
@@ -79,11 +80,7 @@ def translate_ids(
         batches.append(order[start : start + size])
         start += size
     for batch in tqdm(batches, desc="translate", unit="batch", disable=not progress, leave=False):
-        src = torch.full((len(batch), len(ids[batch[0]]) + 1), PAD, dtype=torch.long)
-        for row, i in enumerate(batch):
-            src[row, : len(ids[i])] = torch.tensor(ids[i])
-            src[row, len(ids[i])] = EOS
-        src = src.to(device)
+        src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=EOS)).to(device)
         if beam == 1 and nbest == 1:
             lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
             found = [

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mt.config import ModelConfig
+from mt.config import BOS, EOS, PAD, UNK, ModelConfig
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3  # fixed in every vocabulary
+__all__ = ["BOS", "EOS", "PAD", "UNK", "DecoderState", "Transformer"]
 
 
 def sinusoids(length: int, d_model: int) -> Tensor:

@@ -371,7 +371,7 @@ class Trainer:
         # DDP averages gradients over ranks: scale so the result is the per-token mean
         norm = global_tokens / self.world
         self.model.train()
-        loss_sum = nll_sum = 0.0
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll
         for i, (src, tgt_in, tgt_out) in enumerate(batches):
             src, tgt_in, tgt_out = (
                 x.to(self.device, non_blocking=True) for x in (src, tgt_in, tgt_out)
@@ -388,9 +388,8 @@ class Trainer:
                 logits = self.net(src, tgt_in)
                 loss, nll = smoothed_loss(logits, tgt_out, t.label_smoothing)
             self.scaler.scale(loss / norm).backward()
-            loss_sum += loss.item()
-            nll_sum += nll.item()
-        loss_sum, nll_sum = self._agree([loss_sum, nll_sum], op="sum")
+            sums += torch.stack((loss.detach(), nll)).double()  # no host sync per batch
+        loss_sum, nll_sum = self._agree(sums.tolist(), op="sum")
         if not math.isfinite(loss_sum):
             self.optimizer.zero_grad(set_to_none=True)
             return loss_sum, nll_sum, tokens, 0, 0
