@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mt.model import BOS, EOS, PAD, DecoderState, Transformer
+from mt.model import BOS, EOS, PAD, Transformer
 
 NEG_INF = float("-inf")
 
@@ -42,15 +42,15 @@ def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
     return limit.clamp(max=model.cfg.max_positions - 1)
 
 
-def _next_logprobs(model, tokens: Tensor, state: DecoderState, force_eos: Tensor) -> Tensor:
-    # tokens (R,) the previous ones, force_eos (R,) bool -> (R, V) log-probs of the next token
-    logprobs = model.decode_step(tokens, state).float().log_softmax(-1)
-    logprobs[:, PAD] = logprobs[:, BOS] = NEG_INF
+def _forbid(scores: Tensor, force_eos: Tensor) -> Tensor:
+    # scores (R, V): logits or log-probs, force_eos (R,) bool -> the same tensor, -inf where
+    # a token may not come next: PAD and BOS anywhere, all but EOS in rows at their limit
+    scores[:, PAD] = scores[:, BOS] = NEG_INF
     if force_eos.any():  # rare: only rows at their length limit, so no (R, V) mask
-        eos = logprobs[force_eos, EOS]
-        logprobs[force_eos] = NEG_INF
-        logprobs[force_eos, EOS] = eos
-    return logprobs
+        eos = scores[force_eos, EOS]
+        scores[force_eos] = NEG_INF
+        scores[force_eos, EOS] = eos
+    return scores
 
 
 @torch.no_grad()
@@ -64,14 +64,15 @@ def greedy(model: Transformer, src: Tensor, max_len: int | Tensor) -> list[list[
     rows = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each live row
     tokens = src.new_full(rows.shape, BOS)
     for t in range(steps):
-        tokens = _next_logprobs(model, tokens, state, t >= limit[rows]).argmax(-1)  # (N,)
+        logits = model.decode_step(tokens, state)  # (N, V): the argmax needs no softmax
+        tokens = _forbid(logits, t >= limit[rows]).argmax(-1)  # (N,)
         out[rows, t] = tokens
         live = (tokens != EOS).nonzero().squeeze(1)
         if len(live) == 0:
             break
         if len(live) < len(rows):
             rows, tokens = rows[live], tokens[live]
-            state.select(live)
+            state.select(live, live)
     return [seq[: seq.index(EOS)] for seq in out.tolist()]
 
 
@@ -98,8 +99,7 @@ def beam_search(
     n_src, device = src.size(0), src.device
     limit = _limits(model, src, max_output_lengths(src, max_len_a, max_len_b))  # (B,)
     steps = int(limit.max()) + 1
-    state = model.start_decoding(*model.encode(src), steps)
-    state.select(torch.arange(n_src, device=device).repeat_interleave(beam))  # (B * k) rows
+    state = model.start_decoding(*model.encode(src), steps, rows_per_source=beam)
     # the nbest best finished hypotheses of each sentence so far
     fin_score = torch.full((n_src, nbest), NEG_INF, device=device)
     fin_logprob = torch.full((n_src, nbest), NEG_INF, device=device)
@@ -112,15 +112,14 @@ def beam_search(
     tokens = src.new_full((n_src * beam,), BOS)
     for t in range(steps):
         n = len(sent)
-        logprobs = _next_logprobs(model, tokens, state, (t >= limit[sent]).repeat_interleave(beam))
+        logprobs = model.decode_step(tokens, state).float().log_softmax(-1)  # (N * k, V)
+        _forbid(logprobs, (t >= limit[sent]).repeat_interleave(beam))
         if no_repeat_ngram and t >= no_repeat_ngram:
             banned = _repeated_ngrams(history[:, :t], no_repeat_ngram, logprobs.size(1))
             logprobs.masked_fill_(banned, NEG_INF)
         # the 2k best extensions: at most k end in EOS (one per beam), so k others remain
-        vocab = logprobs.size(1)
-        cand, idx = (alive.view(-1, 1) + logprobs).view(n, beam * vocab).topk(2 * beam)  # (N, 2k)
-        origin = idx // vocab + torch.arange(n, device=device).unsqueeze(1) * beam  # its row
-        word = idx % vocab
+        cand, origin, word = best_extensions(logprobs, alive, 2 * beam)  # (N, 2k) each
+        origin += torch.arange(n, device=device).unsqueeze(1) * beam  # beam -> its row
         ends = word == EOS
         finished = ends & (torch.arange(2 * beam, device=device) < beam)  # EOS in the top k
         if finished.any():
@@ -138,7 +137,7 @@ def beam_search(
         if len(keep) == 0:
             break
         rows = origin[keep].flatten()  # reorders beams and drops done sentences at once
-        state.select(rows, same_source=len(keep) == n)
+        state.select(rows, None if len(keep) == n else keep)
         history = history[rows]
         tokens = word[keep].flatten()
         history[:, t] = tokens
@@ -151,6 +150,31 @@ def beam_search(
         ]
         for hyps in zip(fin_tokens.tolist(), fin_score.tolist(), fin_logprob.tolist())
     ]
+
+
+def best_extensions(logprobs: Tensor, alive: Tensor, m: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The m best extensions of each sentence's k live hypotheses: logprobs (N * k, V) of the
+    next word, alive (N, k) the hypotheses' log-probs -> (N, m) scores alive + logprob, best
+    first, with the beam (0..k-1) and the word of each.
+
+    What (alive.view(-1, 1) + logprobs).view(N, -1).topk(m) gives, without adding and ranking
+    all k * V extensions, the slowest part of a beam step: the words are cut into chunks, and
+    each of the m best lies in a chunk whose best is no worse, so in one of the m chunks with
+    the best maxima. Only those m chunks are ranked.
+    """
+    n, k = alive.shape
+    vocab = logprobs.size(1)
+    # 64 words when V allows, and at least m chunks to choose from
+    size = max(c for c in range(1, 65) if vocab % c == 0 and k * vocab // c >= m)
+    width = vocab // size  # chunks per row
+    chunks = logprobs.view(n, k * width, size)
+    maxima = chunks.amax(-1).view(n, k, width).add_(alive.unsqueeze(2))  # (N, k, width)
+    _, chunk = maxima.view(n, -1).topk(m)  # (N, m): chunk ids in 0..k * width - 1
+    picked = chunks.gather(1, chunk.unsqueeze(2).expand(-1, -1, size))  # (N, m, size)
+    picked += alive.gather(1, chunk // width).unsqueeze(2)
+    scores, i = picked.view(n, -1).topk(m)  # (N, m): i in 0..m * size - 1
+    chunk = chunk.gather(1, i // size)
+    return scores, chunk // width, chunk % width * size + i % size
 
 
 def _repeated_ngrams(history: Tensor, n: int, vocab: int) -> Tensor:

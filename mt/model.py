@@ -30,6 +30,23 @@ def sinusoids(length: int, d_model: int) -> Tensor:
     return torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)  # sin, cos interleaved
 
 
+class Dropout(nn.Dropout):
+    """nn.Dropout with a cheaper mask on the CPU, where `bernoulli_` draws a 32-bit random
+    number per element and took a tenth of a training step. This takes 16 random bits per
+    element from the same generator (so seeding and resuming work as before): the keep
+    probability is exact to 2^-16. Elsewhere (CUDA's fused kernel) it is nn.Dropout.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0 or x.device.type != "cpu":
+            return super().forward(x)
+        n = x.numel()
+        bits = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64)
+        # each int16 is uniform on [-2^15, 2^15): keep those above the lowest p * 2^16
+        keep = bits.view(torch.int16)[:n].view(x.shape) >= round(self.p * 2**16) - 2**15
+        return x * keep.to(x.dtype).mul_(1.0 / (1.0 - self.p))
+
+
 class Attention(nn.Module):
     """Multi-head scaled dot-product attention (3.2.1, 3.2.2), computed by SDPA.
 
@@ -113,7 +130,7 @@ class Layer(nn.Module):
             nn.Linear(cfg.d_model, cfg.d_ff), activation, nn.Linear(cfg.d_ff, cfg.d_model)
         )
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(sublayers))
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.norm_first = cfg.norm_first
 
     def residual(self, x: Tensor, i: int, sublayer) -> Tensor:
@@ -139,9 +156,15 @@ class DecoderLayer(Layer):
         self.cross_attn = CrossAttention(cfg)
 
     def forward(self, x, memory_kv, src_keep, cache=None, step=0) -> Tensor:
-        # x (B, T, D) -> (B, T, D); cache and step as in SelfAttention
+        # x (B, T, D) -> (B, T, D); cache and step as in SelfAttention. Decoding, B may be k
+        # times the N sources in memory_kv: rows i*k .. i*k+k-1 (beams) share source i, and
+        # attend to it as k query positions of one row, with no copies of the source.
+        def cross(h: Tensor) -> Tensor:
+            queries = h.view(len(src_keep), -1, h.size(-1))  # (N, k * T, D)
+            return self.cross_attn(queries, memory_kv, src_keep).view(h.shape)
+
         x = self.residual(x, 0, lambda h: self.self_attn(h, cache=cache, step=step))
-        x = self.residual(x, 1, lambda h: self.cross_attn(h, memory_kv, src_keep))
+        x = self.residual(x, 1, cross)
         return self.residual(x, 2, self.ff)
 
 
@@ -168,7 +191,7 @@ class Transformer(nn.Module):
             if joint:
                 self.src_embed.weight = self.tgt_embed.weight
         self.register_buffer("pe", sinusoids(cfg.max_positions, d), persistent=False)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         # pre-norm leaves the residual stream unnormalised: normalise the stack's output
@@ -235,13 +258,16 @@ class Transformer(nn.Module):
             for attn in attns:
                 attn.need_weights, attn.weights = False, None
 
-    def start_decoding(self, memory: Tensor, src_keep: Tensor, max_len: int) -> DecoderState:
-        """The cache for decoding up to `max_len` positions (BOS included) one at a time."""
+    def start_decoding(
+        self, memory: Tensor, src_keep: Tensor, max_len: int, rows_per_source: int = 1
+    ) -> DecoderState:
+        """The cache for decoding up to `max_len` positions (BOS included) one at a time,
+        `rows_per_source` rows (beams) per source sentence, rows of a source together."""
         memory_kv = torch.stack([layer.cross_attn.memory_kv(memory) for layer in self.decoder])
-        _, _, b, h, _, k = memory_kv.shape  # (L, 2, B, H, S, K)
+        _, _, n, h, _, k = memory_kv.shape  # (L, 2, N, H, S, K)
         # position-major, so that appending a position and reordering the rows of the
         # positions so far both touch one contiguous block
-        self_kv = memory_kv.new_zeros(max_len, len(self.decoder), 2, b, h, k)
+        self_kv = memory_kv.new_empty(max_len, len(self.decoder), 2, n * rows_per_source, h, k)
         return DecoderState(src_keep, memory_kv, self_kv)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
@@ -258,26 +284,25 @@ class Transformer(nn.Module):
 
 @dataclass
 class DecoderState:
-    """The cache that incremental decoding carries from step to step, for B rows
-    (sentences, or sentences x beams)."""
+    """The cache that incremental decoding carries from step to step, for R rows (sentences,
+    or sentences x beams) over N sources, R a multiple of N."""
 
-    src_keep: Tensor  # (B, 1, 1, S)
-    memory_kv: Tensor  # (L, 2, B, H, S, K): cross-attention keys and values, computed once
-    self_kv: Tensor  # (max_len, L, 2, B, H, K): self-attention keys and values, by position
+    src_keep: Tensor  # (N, 1, 1, S)
+    memory_kv: Tensor  # (L, 2, N, H, S, K): cross-attention keys and values, computed once
+    self_kv: Tensor  # (max_len, L, 2, R, H, K): self-attention keys and values, by position
     step: int = 0  # positions decoded so far
 
-    def select(self, index: Tensor, same_source: bool = False) -> None:
-        """Keep rows `index` (B',) in that order: reorders beams, drops finished sentences.
-
-        With `same_source`, every row keeps a source that is identical to its old one (beams
-        reordered within their sentence), so the source-side caches need no copy.
+    def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
+        """Keep rows `rows` (R',) in that order, and sources `sources` (N',) (None: all of
+        them): reorders beams, drops finished sentences. Row r' of the new state must belong
+        to source r' // (R' / N'), as rows do in start_decoding.
         """
-        if not same_source:
-            self.src_keep = self.src_keep.index_select(0, index)
-            self.memory_kv = self.memory_kv.index_select(2, index)
+        if sources is not None:
+            self.src_keep = self.src_keep.index_select(0, sources)
+            self.memory_kv = self.memory_kv.index_select(2, sources)
         # copy only the positions decoded so far, into a buffer that keeps room for the rest
         self_kv = self.self_kv.new_empty(
-            len(self.self_kv), *self.self_kv.shape[1:3], len(index), *self.self_kv.shape[4:]
+            len(self.self_kv), *self.self_kv.shape[1:3], len(rows), *self.self_kv.shape[4:]
         )
-        torch.index_select(self.self_kv[: self.step], 3, index, out=self_kv[: self.step])
+        torch.index_select(self.self_kv[: self.step], 3, rows, out=self_kv[: self.step])
         self.self_kv = self_kv

@@ -10,7 +10,13 @@ import torch
 from test_model import VOCAB, pad, random_batch, tiny_model, trained_model
 
 from mt.config import ModelConfig
-from mt.decode import beam_search, greedy, length_penalty, max_output_lengths
+from mt.decode import (
+    beam_search,
+    best_extensions,
+    greedy,
+    length_penalty,
+    max_output_lengths,
+)
 from mt.model import BOS, EOS, PAD
 
 
@@ -60,8 +66,8 @@ class ChainModel:
     def encode(self, src):
         return src, None
 
-    def start_decoding(self, memory, src_keep, max_len):
-        return SimpleNamespace(select=lambda index, same_source=False: None)  # nothing cached
+    def start_decoding(self, memory, src_keep, max_len, rows_per_source=1):
+        return SimpleNamespace(select=lambda rows, sources=None: None)  # nothing cached
 
     def decode_step(self, tokens, state):
         return self.logits[tokens]
@@ -168,3 +174,18 @@ def test_output_lengths_are_limited():
     short, src = tiny_model(seed=3, max_positions=8), src[:, :8]  # BOS + 7 tokens fill it
     assert {len(tokens) for tokens in greedy(short, src, 100)} == {7}
     assert {len(h[0].tokens) for h in beam_search(short, src, beam=2, max_len_b=100)} == {7}
+
+
+@pytest.mark.parametrize("vocab", [8000, 101, 96])  # chunks of 64, of 1 (a prime), of 48
+def test_best_extensions_rank_like_a_full_sort(vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    n, k, m = 6, 4, 8
+    logprobs = torch.randn(n * k, vocab, generator=gen).log_softmax(-1)
+    logprobs[:, :2] = float("-inf")  # forbidden words
+    logprobs[3, 5:] = float("-inf")  # a row with only three words allowed
+    alive = torch.randn(n, k, generator=gen) - 2.0
+    alive[0, 1:] = float("-inf")  # a first step: one live beam
+    expected, flat = (alive.view(-1, 1) + logprobs).view(n, -1).topk(m)
+    scores, beam, word = best_extensions(logprobs, alive, m)
+    assert torch.equal(scores, expected)
+    assert torch.equal(beam * vocab + word, flat)

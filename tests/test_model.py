@@ -9,7 +9,7 @@ from torch import nn
 
 from mt.config import ModelConfig
 from mt.decode import greedy
-from mt.model import BOS, EOS, PAD, Transformer
+from mt.model import BOS, EOS, PAD, Dropout, Transformer
 
 VOCAB = 24
 
@@ -66,6 +66,23 @@ def trained_model() -> tuple[Transformer, list[list[int]], list[list[int]], floa
     return model.eval(), sources, targets, loss.item()
 
 
+@pytest.mark.parametrize("p", [0.1, 0.3])
+def test_dropout_drops_p_and_rescales_the_rest(p):
+    drop = Dropout(p).train()
+    x = torch.rand(1000, 1000).add_(1.0).requires_grad_()  # no zeros of its own
+    torch.manual_seed(0)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 2e-3  # binomial sd 5e-4
+    torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+    y.sum().backward()  # the gradient goes through the same mask and scale
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    torch.manual_seed(0)  # the generator alone decides the mask: resuming repeats it
+    assert torch.equal(drop(x), y)
+    assert not torch.equal(drop(x), y)
+    assert torch.equal(drop.eval()(x), x)
+
+
 @torch.no_grad()
 def test_decoder_is_causal():
     model = tiny_model()
@@ -99,12 +116,29 @@ def test_step_by_step_decoding_matches_full_pass(norm_first, activation):
     steps = [model.decode_step(tgt[:, t], state) for t in range(3)]
     torch.testing.assert_close(torch.stack(steps, 1), model(src, tgt)[:, :3], atol=1e-5, rtol=0)
     index = torch.tensor([2, 0, 0])  # reorder, repeat a row and drop one, as beam search does
-    state.select(index)
+    state.select(index, index)
     steps = [model.decode_step(tgt[index, t], state) for t in range(3, 6)]
     expected = model(src[index], tgt[index])[:, 3:]
     torch.testing.assert_close(torch.stack(steps, 1), expected, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="max_len"):
         model.decode_step(tgt[index, 0], state)
+
+
+@torch.no_grad()
+def test_beams_decode_as_copies_of_their_source():
+    """Rows sharing one cached source (beams) give what copies of that source give, through
+    reordering rows within sources and dropping a source."""
+    model = tiny_model(norm_first=True)
+    src, tgt = random_batch([7, 4, 5], seed=1), random_batch([6] * 6, seed=2)
+    source_of = torch.tensor([0, 0, 1, 1, 2, 2])  # two beams per source
+    state = model.start_decoding(*model.encode(src), max_len=6, rows_per_source=2)
+    steps = [model.decode_step(tgt[:, t], state) for t in range(3)]
+    rows = torch.tensor([5, 4, 1, 1])  # beams of source 2 swapped, source 0's second beam
+    state.select(rows, torch.tensor([2, 0]))  # twice, source 1 dropped
+    steps = [torch.stack(steps, 1)[rows]]
+    steps += [model.decode_step(tgt[rows, t], state).unsqueeze(1) for t in range(3, 6)]
+    expected = model(src[source_of[rows]], tgt[rows])
+    torch.testing.assert_close(torch.cat(steps, 1), expected, atol=1e-5, rtol=0)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # nn.Transformer's notes on its fast paths
