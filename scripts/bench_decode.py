@@ -1,7 +1,10 @@
 """Decoding speed: batched greedy and beam search against one sentence at a time.
 
-Same model, same sentences, one process. Prints one JSON object with sentences per second
-for each way and the batched / one-at-a-time ratios.
+Same model, same sentences, one process. Batches are cut from the sentences sorted by
+length, as `mt evaluate` and the peer toolkits decode a test set. Prints one JSON object with
+sentences per second for each way, the batched / one-at-a-time ratios, and the training speed
+of torch.nn.Transformer measured here before and after (`--data`), which tells how fast the
+machine was during the run.
 
     python scripts/bench_decode.py CHECKPOINT --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz
 """
@@ -11,10 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
+from bench_train_speed import reference_speed
 
 from mt import checkpoint
+from mt import tokenizer as tok
 from mt.data import read_pairs_jsonl
 from mt.evaluate import translate
 
@@ -36,13 +42,19 @@ def main() -> None:
         help="sentences per batch, as the peers were measured",
     )
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--data", type=Path, help="the data folder: time torch.nn.Transformer before and after"
+    )
     args = parser.parse_args()
 
+    reference = [reference_speed(args.data)] if args.data else []
     loaded = checkpoint.load(args.checkpoint, args.device)
     sources = [src for src, _ in read_pairs_jsonl(args.pairs, "en", "es")]
+    lengths = [len(ids) for ids in tok.encode(loaded.src_tokenizer, sources)]
+    sources = [sources[i] for i in sorted(range(len(sources)), key=lambda i: -lengths[i])]
     decode = loaded.config.decode
     # batch_tokens large enough that --batch-sentences sentences fit, as in a fixed-size batch
-    longest = max(len(loaded.src_tokenizer.encode(s).ids) for s in sources) + 1
+    longest = max(lengths) + 1
 
     def rate(texts: list[str], beam: int, per_batch: int) -> float:
         started = time.perf_counter()
@@ -64,15 +76,18 @@ def main() -> None:
         results = {}
         for beam in (1, 5):
             batched = rate(sources, beam, args.batch_sentences)
-            single = rate(sources[: args.single], beam, 1)
+            single = rate(sources[:: len(sources) // args.single][: args.single], beam, 1)
             results[f"beam{beam}"] = {
                 "batched_sentences_per_s": batched,
                 "single_sentences_per_s": single,
                 "speedup": batched / single,
             }
+    if args.data:
+        reference.append(reference_speed(args.data))
     print(
         json.dumps(
             {
+                "reference_tokens_per_s": reference,
                 "sentences": len(sources),
                 "single_sentences": args.single,
                 "batch_sentences": args.batch_sentences,

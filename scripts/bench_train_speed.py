@@ -62,6 +62,82 @@ class Reference(nn.Module):
         return self.out(h)
 
 
+# torch.nn.Transformer of this shape trained at about this many target tokens/s on the
+# machine where the project's peer toolkits were measured (the project's own figure):
+# scripts/bench.py scales the peers' speeds by what the reference does here.
+REFERENCE_THEN = 2750.0
+
+
+def setup(data: Path, config_name: str = "tatoeba_cpu.yaml", overrides=(), count: int = 40):
+    """The recipe's config and its first `count` Tatoeba training batches, as tensors."""
+    config = load_config(
+        config_name,
+        [
+            f"data.files.train={data / 'tatoeba_en_es.train.jsonl.gz'}",
+            f"data.files.valid={data / 'tatoeba_en_es.valid.jsonl.gz'}",
+            f"data.files.test={data / 'tatoeba_en_es.test.jsonl.gz'}",
+            "run.dir=runs/bench-data",
+            *overrides,
+        ],
+    )
+    prepared = prepare(config)
+    split = prepared.splits["train"]
+    src_len = np.fromiter(map(len, split.src), np.int64)
+    tgt_len = np.fromiter(map(len, split.tgt), np.int64)
+    batches = token_batches(src_len, tgt_len, config.train.max_tokens, 0, 0)
+    tensors = [[torch.from_numpy(a) for a in collate(split, b)] for b in batches[:count]]
+    return config, prepared.src_tokenizer.get_vocab_size(), tensors
+
+
+class Timer:
+    """Trains models one batch at a time and keeps each one's target tokens and seconds."""
+
+    def __init__(self, models: dict[str, nn.Module], device: torch.device, dtype=None):
+        self.models, self.device, self.dtype = models, device, dtype
+        self.optimizers = {
+            name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+            for name, m in models.items()
+        }
+        for model in models.values():
+            model.to(device).train()
+        self.tokens = dict.fromkeys(models, 0)
+        self.seconds = dict.fromkeys(models, 0.0)
+
+    def step(self, name: str, batch, timed: bool = True) -> None:
+        src, tgt_in, tgt_out = (x.to(self.device) for x in batch)
+        self._sync()
+        start = time.perf_counter()
+        dtype = self.dtype
+        with torch.autocast(self.device.type, dtype or torch.float32, enabled=dtype is not None):
+            loss, _ = smoothed_loss(self.models[name](src, tgt_in), tgt_out, 0.1)
+        ntok = int((tgt_out != PAD).sum())
+        (loss / ntok).backward()
+        self.optimizers[name].step()
+        self.optimizers[name].zero_grad(set_to_none=True)
+        self._sync()
+        if timed:
+            self.tokens[name] += ntok
+            self.seconds[name] += time.perf_counter() - start
+
+    def speed(self) -> dict[str, float]:
+        return {name: self.tokens[name] / self.seconds[name] for name in self.models}
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+def reference_speed(data: Path, steps: int = 20) -> float:
+    """Target tokens/s of torch.nn.Transformer in the recipe's shape, on the CPU: how fast
+    this machine is right now, for scaling figures measured on another."""
+    config, vocab, tensors = setup(data, count=steps + 3)
+    torch.manual_seed(0)
+    timer = Timer({"reference": Reference(config.model, vocab)}, torch.device("cpu"))
+    for i, batch in enumerate(tensors):
+        timer.step("reference", batch, timed=i >= 3)  # the first three warm up
+    return timer.speed()["reference"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data")
@@ -71,72 +147,27 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     args = parser.parse_args()
 
-    data = Path(args.data)
-    config = load_config(
-        args.config,
-        [
-            f"data.files.train={data / 'tatoeba_en_es.train.jsonl.gz'}",
-            f"data.files.valid={data / 'tatoeba_en_es.valid.jsonl.gz'}",
-            f"data.files.test={data / 'tatoeba_en_es.test.jsonl.gz'}",
-            "run.dir=runs/bench-data",
-            *args.overrides,
-        ],
-    )
-    prepared = prepare(config)
-    split = prepared.splits["train"]
-    src_len = np.fromiter(map(len, split.src), np.int64)
-    tgt_len = np.fromiter(map(len, split.tgt), np.int64)
-    batches = token_batches(src_len, tgt_len, config.train.max_tokens, 0, 0)
+    config, vocab, tensors = setup(Path(args.data), args.config, args.overrides, args.steps + 3)
     device = torch.device(args.device)
     dtype = precision_for(config.train.precision, device)
-    vocab = prepared.src_tokenizer.get_vocab_size()
-
     torch.manual_seed(0)
-    models = {
-        "ours": Transformer(config.model, vocab, vocab),
-        "torch.nn.Transformer": Reference(config.model, vocab),
-    }
-    for model in models.values():
-        model.to(device).train()
-    optimizers = {
-        name: torch.optim.Adam(m.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
-        for name, m in models.items()
-    }
-    tensors = [
-        [torch.from_numpy(a).to(device) for a in collate(split, b)]
-        for b in batches[: args.steps + 3]
-    ]
-
-    def step(name: str, batch) -> int:
-        src, tgt_in, tgt_out = batch
-        with torch.autocast(device.type, dtype or torch.float32, enabled=dtype is not None):
-            loss, _ = smoothed_loss(models[name](src, tgt_in), tgt_out, 0.1)
-        ntok = int((tgt_out != PAD).sum())
-        (loss / ntok).backward()
-        optimizers[name].step()
-        optimizers[name].zero_grad(set_to_none=True)
-        return ntok
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    for name in models:  # warm-up: allocator, kernels
+    timer = Timer(
+        {
+            "ours": Transformer(config.model, vocab, vocab),
+            "torch.nn.Transformer": Reference(config.model, vocab),
+        },
+        device,
+        dtype,
+    )
+    for name in timer.models:  # warm-up: allocator, kernels
         for batch in tensors[:3]:
-            step(name, batch)
-    tokens = dict.fromkeys(models, 0)
-    seconds = dict.fromkeys(models, 0.0)
+            timer.step(name, batch, timed=False)
     # Alternate the models batch by batch (in both orders), so that the noise of a shared
     # machine falls on both alike.
     for i, batch in enumerate(tensors[3:]):
-        order = list(models) if i % 2 == 0 else list(reversed(models))
-        for name in order:
-            sync()
-            start = time.perf_counter()
-            tokens[name] += step(name, batch)
-            sync()
-            seconds[name] += time.perf_counter() - start
-    speed = {name: tokens[name] / seconds[name] for name in models}
+        for name in list(timer.models)[:: 1 if i % 2 == 0 else -1]:
+            timer.step(name, batch)
+    speed = timer.speed()
     cells = sum(b[0].numel() + b[2].numel() for b in tensors)
     pads = sum(int((b[0] == PAD).sum() + (b[2] == PAD).sum()) for b in tensors)
     print(
