@@ -36,9 +36,8 @@ def translate(
     tokens, so padding is small; an empty input gives an empty output; an input longer than
     the model's positions is truncated with a warning.
     """
-    hypotheses = translate_ids(
-        model, src_tokenizer, texts, cfg, beam, nbest, batch_tokens, device, progress
-    )
+    ids = source_ids(model, src_tokenizer, texts)
+    hypotheses = translate_ids(model, ids, cfg, beam, nbest, batch_tokens, device, progress)
     flat = tok.decode(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
     out, start = [], 0
     for hyps in hypotheses:
@@ -47,23 +46,9 @@ def translate(
     return [lines[0] for lines in out] if nbest == 1 else out
 
 
-@torch.inference_mode()
-def translate_ids(
-    model: Transformer,
-    src_tokenizer: Tokenizer,
-    texts: Sequence[str],
-    cfg: DecodeConfig,
-    beam: int | None = None,
-    nbest: int = 1,
-    batch_tokens: int | None = None,
-    device: torch.device | str = "cpu",
-    progress: bool = False,
-) -> list[list[Hypothesis]]:
-    """Hypotheses (token ids and scores) for each text, in input order."""
-    beam = beam or cfg.beam
-    batch_tokens = batch_tokens or cfg.batch_tokens
-    model.eval()
-    ids = tok.encode(src_tokenizer, texts)
+def source_ids(model: Transformer, tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, cut (with a warning) to what the model's positions hold."""
+    ids = tok.encode(tokenizer, texts)
     limit = model.cfg.max_positions - 1  # room for EOS
     too_long = sum(len(x) > limit for x in ids)
     if too_long:
@@ -71,7 +56,24 @@ def translate_ids(
             f"warning: {too_long} input(s) longer than {limit} tokens were truncated",
             file=sys.stderr,
         )
-    ids = [x[:limit] for x in ids]
+    return [x[:limit] for x in ids]
+
+
+@torch.inference_mode()
+def translate_ids(
+    model: Transformer,
+    ids: Sequence[Sequence[int]],
+    cfg: DecodeConfig,
+    beam: int | None = None,
+    nbest: int = 1,
+    batch_tokens: int | None = None,
+    device: torch.device | str = "cpu",
+    progress: bool = False,
+) -> list[list[Hypothesis]]:
+    """Hypotheses (token ids and scores) for each source (ids from `source_ids`), in order."""
+    beam = beam or cfg.beam
+    batch_tokens = batch_tokens or cfg.batch_tokens
+    model.eval()
     results: list[list[Hypothesis]] = [[] for _ in ids]
     order = [i for i in np.argsort([-len(x) for x in ids], kind="stable") if ids[i]]
     batches, start = [], 0

@@ -186,7 +186,7 @@ def plot_attention(
     import torch
 
     from . import tokenizer as tok
-    from .evaluate import translate_ids
+    from .evaluate import source_ids, translate_ids
     from .model import BOS, EOS
 
     if kind not in ("cross", "self"):
@@ -203,11 +203,10 @@ def plot_attention(
 
     model, src_tok, tgt_tok = loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
     # beam=1: the same greedy search `translate --beam 1` runs, with the same length limits.
-    hyp = translate_ids(model, src_tok, [sentence], loaded.config.decode, beam=1, device=device)
-    tokens = hyp[0][0].tokens
+    ids = source_ids(model, src_tok, [sentence])
+    tokens = translate_ids(model, ids, loaded.config.decode, beam=1, device=device)[0][0].tokens
     translation = tok.decode(tgt_tok, [tokens])[0]
-    limit = model.cfg.max_positions - 1  # room for EOS, as translate_ids truncates
-    src_ids = [*tok.encode(src_tok, [sentence])[0][:limit], EOS]
+    src_ids = [*ids[0], EOS]
     tgt_in = [BOS, *tokens]
     n = layer if layer > 0 else layers + 1 + layer  # from 1
     src = torch.tensor([src_ids], device=device)

@@ -107,8 +107,9 @@ class Timer:
         src, tgt_in, tgt_out = (x.to(self.device) for x in batch)
         self._sync()
         start = time.perf_counter()
-        dtype = self.dtype
-        with torch.autocast(self.device.type, dtype or torch.float32, enabled=dtype is not None):
+        with torch.autocast(
+            self.device.type, self.dtype or torch.float32, enabled=self.dtype is not None
+        ):
             loss, _ = smoothed_loss(self.models[name](src, tgt_in), tgt_out, 0.1)
         ntok = int((tgt_out != PAD).sum())
         (loss / ntok).backward()
