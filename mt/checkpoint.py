@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from .config import Config, ConfigError, config_from_dict
+from .config import Config, config_from_dict
+from .errors import ConfigError
+from .files import atomic_path, remove
 
 FORMAT = "mt-checkpoint-1"
 WEIGHTS = "model.safetensors"
@@ -58,23 +59,11 @@ def save(
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write `step-N/` atomically and return its path."""
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step-{step:08d}"
-    tmp = ckpt_dir / f".{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_weights(tmp / WEIGHTS, model.state_dict(), metadata(config, tokenizers, step, extra))
-    torch.save(trainer_state, tmp / TRAINER)
-    for file in (tmp / WEIGHTS, tmp / TRAINER):
-        _fsync(file)
-    if final.exists():  # saved again at the same step (e.g. best and last): replace it whole
-        old = ckpt_dir / f".{final.name}.old-{os.getpid()}"
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(final)
-    _fsync(ckpt_dir)
+    with atomic_path(final) as tmp:  # saved again at the same step (best, then last): replaced
+        tmp.mkdir()
+        save_weights(tmp / WEIGHTS, model.state_dict(), metadata(config, tokenizers, step, extra))
+        torch.save(trainer_state, tmp / TRAINER)
     return final
 
 
@@ -113,11 +102,8 @@ def metadata(
 
 def point(ckpt_dir: Path, name: str, target: Path) -> None:
     """Make `ckpt_dir/name` (last, best) refer to `target`, atomically."""
-    tmp = ckpt_dir / f".{name}.tmp-{os.getpid()}"
-    tmp.unlink(missing_ok=True)
-    os.symlink(target.name, tmp)
-    os.replace(tmp, ckpt_dir / name)
-    _fsync(ckpt_dir)
+    with atomic_path(ckpt_dir / name) as tmp:
+        os.symlink(target.name, tmp)
 
 
 def prune(ckpt_dir: Path, keep_last: int) -> None:
@@ -129,9 +115,9 @@ def prune(ckpt_dir: Path, keep_last: int) -> None:
     keep |= {(ckpt_dir / link).resolve() for link in ("last", "best") if (ckpt_dir / link).exists()}
     for _, path in steps:
         if path.resolve() not in keep:
-            shutil.rmtree(path, ignore_errors=True)
+            remove(path)
     for leftover in ckpt_dir.glob(".step-*"):  # temporaries of an interrupted save
-        shutil.rmtree(leftover, ignore_errors=True)
+        remove(leftover)
 
 
 def newest_steps(ckpt_dir: Path, count: int) -> list[Path]:
@@ -161,11 +147,8 @@ def average(files: list[Path], out: Path) -> None:
     for alias, name in aliases.items():
         averaged[alias] = averaged[name]
     meta = dict(meta, averaged=json.dumps([str(f) for f in files]))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    save_weights(tmp, averaged, meta)
-    _fsync(tmp)
-    os.replace(tmp, out)
+    with atomic_path(out) as tmp:
+        save_weights(tmp, averaged, meta)
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
@@ -225,11 +208,3 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
         ) from None
     model.to(device).eval()
     return Loaded(model, config, src_tok, tgt_tok, file, meta)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

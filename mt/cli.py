@@ -15,7 +15,8 @@ from typing import Annotated
 import typer
 
 from . import __version__
-from .config import Config, ConfigError, MtError, dump_config, load_config
+from .config import Config, dump_config, load_config
+from .errors import ConfigError, MtError
 
 app = typer.Typer(
     add_completion=False,
@@ -53,7 +54,7 @@ def _config(config: str, overrides: list[str] | None) -> Config:
 
 
 def _write_resolved_config(config: Config) -> None:
-    from .data import atomic_write_text
+    from .files import atomic_write_text
 
     run_dir = Path(config.run.dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +112,7 @@ def train(
 
 def _load_checkpoint(checkpoint: str | None, device: str):
     from . import checkpoint as ckpt
-    from .train import pick_device
+    from .device import pick_device
 
     dev = pick_device(device)
     return ckpt.load(checkpoint or _newest_run(), dev), dev
@@ -225,8 +226,9 @@ def evaluate_command(
     """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
     import time
 
-    from .data import atomic_write_text, normalize, read_pairs_jsonl
+    from .data import normalize, read_pairs_jsonl
     from .evaluate import score, translate
+    from .files import atomic_write_text
 
     if split not in ("test", "valid"):
         raise ConfigError(f"--split {split}: must be test or valid")

@@ -18,21 +18,11 @@ from typing import Any, Literal
 
 import yaml
 
+from .errors import ConfigError
+
 PACKAGED_CONFIGS = Path(__file__).parent / "configs"
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # fixed ids 0..3 in every vocabulary
 PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
-
-
-class MtError(Exception):
-    """An error a person can fix; the CLI prints it as one line (exit status 1)."""
-
-    exit_code = 1
-
-
-class ConfigError(MtError):
-    """A usage or configuration error (exit status 2)."""
-
-    exit_code = 2
 
 
 @dataclass

@@ -15,8 +15,6 @@ import dataclasses
 import gzip
 import hashlib
 import json
-import os
-import shutil
 import unicodedata
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -29,7 +27,9 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from . import tokenizer as tok
-from .config import BOS, EOS, PAD, Config, ConfigError, DataConfig, MtError, one_line
+from .config import BOS, EOS, PAD, Config, DataConfig, one_line
+from .errors import ConfigError, MtError
+from .files import atomic_path, atomic_write_text
 
 CACHE_VERSION = 1  # bump when the cache layout or the pipeline's output changes
 SPLITS = ("train", "valid", "test")
@@ -309,29 +309,24 @@ def _length_filter(
 
 def _write_cache(prepared: Prepared, cache: Path, tok_files: tuple[Path, Path]) -> None:
     """Write into a temporary folder, then swap it in: an interrupted write leaves the old cache."""
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name, split in prepared.splits.items():
-        np.savez(tmp / f"{name}.npz", **_flatten(split.src, "src"), **_flatten(split.tgt, "tgt"))
-        if split.src_text:
-            with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as f:
-                for src, tgt in zip(split.src_text, split.tgt_text):
-                    f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
-    for path, tokenizer in zip(tok_files, (prepared.src_tokenizer, prepared.tgt_tokenizer)):
-        atomic_write_text(path, tokenizer.to_str(pretty=True))
-    meta = {
-        "fingerprint": prepared.stats["fingerprint"],
-        "stats": prepared.stats,
-        "tokenizers": {p.name: _sha256(p) for p in tok_files},
-    }
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    old = cache.with_name(f"{cache.name}.old-{os.getpid()}")
-    if cache.exists():
-        cache.rename(old)
-    tmp.rename(cache)
-    shutil.rmtree(old, ignore_errors=True)
+    with atomic_path(cache) as tmp:
+        tmp.mkdir()
+        for name, split in prepared.splits.items():
+            np.savez(
+                tmp / f"{name}.npz", **_flatten(split.src, "src"), **_flatten(split.tgt, "tgt")
+            )
+            if split.src_text:
+                with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as f:
+                    for src, tgt in zip(split.src_text, split.tgt_text):
+                        f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
+        for path, tokenizer in zip(tok_files, (prepared.src_tokenizer, prepared.tgt_tokenizer)):
+            atomic_write_text(path, tokenizer.to_str(pretty=True))
+        meta = {
+            "fingerprint": prepared.stats["fingerprint"],
+            "stats": prepared.stats,
+            "tokenizers": {p.name: _sha256(p) for p in tok_files},
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
 def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared | None:
@@ -366,16 +361,6 @@ def _flatten(seqs: list[np.ndarray], prefix: str) -> dict[str, np.ndarray]:
 def _unflatten(arrays: Any, prefix: str) -> list[np.ndarray]:
     ids, lengths = arrays[f"{prefix}_ids"], arrays[f"{prefix}_lengths"]
     return np.split(ids, np.cumsum(lengths)[:-1]) if len(lengths) else []
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a file so that a reader sees the old or the new content, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_pairs_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> list[Pair]:

@@ -8,13 +8,14 @@ matplotlib state (the backend, pyplot's figure list) is touched.
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import SPECIAL_TOKENS, ConfigError
+from .config import SPECIAL_TOKENS
+from .errors import ConfigError
+from .files import atomic_path
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'mt[plot]'"
 SPACE = "▁"  # marks a token's leading space, as SentencePiece does
@@ -33,13 +34,10 @@ def _figure(**kwargs: Any):
 
 def _save(fig, out: Path) -> Path:
     """Write the PNG atomically: a viewer refreshing it during training never sees half a file."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}.png")
-    with warnings.catch_warnings():
+    with atomic_path(out, suffix=".png") as tmp, warnings.catch_warnings():
         # Fonts lack some glyphs (emoji); a box in a label is better than a screen of warnings.
         warnings.filterwarnings("ignore", message="Glyph .* missing from font")
         fig.savefig(tmp, format="png")
-    os.replace(tmp, out)
     return out
 
 

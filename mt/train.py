@@ -27,8 +27,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import checkpoint
-from .config import Config, ConfigError, MtError, diff_configs, dump_config
-from .data import Split, atomic_write_text, collate, prepare, token_batches
+from .config import Config, diff_configs, dump_config
+from .data import Split, collate, prepare, token_batches
+from .device import pick_device, precision_for
+from .errors import ConfigError, MtError
+from .files import atomic_write_text
 from .model import PAD, Transformer
 
 # Keys that may change between a stop and a resume: they decide when to stop or where files
@@ -111,27 +114,6 @@ class SmoothedLoss(torch.autograd.Function):
         grad.scatter_add_(1, target.unsqueeze(1), grad.new_full((len(target), 1), eps - 1.0))
         grad.mul_((keep * grad_loss).unsqueeze(1))
         return grad.to(ctx.dtype), None, None
-
-
-def pick_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank)
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"run.device: {name} requested but CUDA is not available")
-    return torch.device(name)
-
-
-def precision_for(name: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for plain float32."""
-    if name == "fp32" or (name == "auto" and device.type != "cuda"):
-        return None
-    if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
 class StopSignal:

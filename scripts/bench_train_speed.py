@@ -21,8 +21,9 @@ from torch import nn
 
 from mt.config import load_config
 from mt.data import collate, prepare, token_batches
+from mt.device import precision_for
 from mt.model import PAD, Transformer, sinusoids
-from mt.train import precision_for, smoothed_loss
+from mt.train import smoothed_loss
 
 
 class Reference(nn.Module):

@@ -12,8 +12,6 @@ import yaml
 from mt.config import (
     PACKAGED_CONFIGS,
     Config,
-    ConfigError,
-    MtError,
     config_from_dict,
     diff_configs,
     dump_config,
@@ -21,6 +19,7 @@ from mt.config import (
     load_config,
 )
 from mt.data import split_by_source
+from mt.errors import ConfigError, MtError
 
 
 def write(path: Path, text: str) -> Path:

@@ -25,7 +25,7 @@ from conftest import (
 from tokenizers import Tokenizer
 
 from mt import tokenizer as tok
-from mt.config import SPECIAL_TOKENS, ConfigError, MtError, TokenizerConfig, load_config
+from mt.config import SPECIAL_TOKENS, TokenizerConfig, load_config
 from mt.data import (
     Split,
     _length_filter,
@@ -40,6 +40,7 @@ from mt.data import (
     split_by_source,
     token_batches,
 )
+from mt.errors import ConfigError, MtError
 
 try:
     from mt.model import BOS, EOS, PAD

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from conftest import HELD_OUT, mt_executable
 
 from mt import checkpoint
-from mt.config import Config, ConfigError, MtError, load_config
+from mt.config import Config, load_config
+from mt.errors import ConfigError, MtError
 from mt.model import PAD
 from mt.train import Trainer, learning_rate, smoothed_loss, train
 

@@ -1,0 +1,14 @@
+"""The errors a person can fix. The CLI prints each as one line, `mt: error: ...`, and exits
+with its code; anything else is a bug and keeps its traceback."""
+
+
+class MtError(Exception):
+    """An error a person can fix (exit status 1)."""
+
+    exit_code = 1
+
+
+class ConfigError(MtError):
+    """A usage, configuration or input error (exit status 2)."""
+
+    exit_code = 2
