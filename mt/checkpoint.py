@@ -31,7 +31,7 @@ from .config import Config, config_from_dict
 from .errors import ConfigError
 from .files import atomic_path, remove
 
-FORMAT = "mt-checkpoint-1"
+FORMAT = "mt-checkpoint-1"  # ours, under "mt_format"; "format" is "pt", as HF loaders expect
 WEIGHTS = "model.safetensors"
 TRAINER = "trainer.pt"
 STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -91,7 +91,8 @@ def metadata(
     """Everything needed to use the weights alone: config, tokenizers, step."""
     src, tgt = tokenizers
     return {
-        "format": FORMAT,
+        "format": "pt",
+        "mt_format": FORMAT,
         "step": str(step),
         "config": json.dumps(config.to_dict()),
         "src_tokenizer": src.to_str(),
@@ -157,17 +158,32 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
 
 def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """State dict (aliases of tied parameters restored) and metadata of a weights file."""
+    meta = read_metadata(path)
     try:
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
         tensors = load_file(str(path))
     except Exception as e:  # safetensors raises several types for a damaged file
         raise ConfigError(f"{path}: not a readable safetensors checkpoint ({e})") from None
-    if meta.get("format") != FORMAT:
-        raise ConfigError(f"{path}: not an mt checkpoint (no '{FORMAT}' metadata)")
     for alias, name in json.loads(meta.get("aliases", "{}")).items():
         tensors[alias] = tensors[name]
     return tensors, meta
+
+
+def read_metadata(path: Path) -> dict[str, str]:
+    """The metadata of an mt weights file, without reading its tensors."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+    except Exception as e:  # safetensors raises several types for a damaged file
+        raise ConfigError(f"{path}: not a readable safetensors checkpoint ({e})") from None
+    if FORMAT not in (meta.get("mt_format"), meta.get("format")):  # "format": before 0.2
+        raise ConfigError(f"{path}: not an mt checkpoint (no '{FORMAT}' metadata)")
+    return meta
+
+
+def read_config(path: str | Path) -> Config:
+    """The config a checkpoint (anything `resolve` accepts) was trained with."""
+    file = resolve(path)
+    return config_from_dict(json.loads(read_metadata(file)["config"]), f"{file} (config)")
 
 
 def resolve(path: str | Path) -> Path:
@@ -190,7 +206,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
 
     file = resolve(path)
     state, meta = load_weights(file)
-    config = config_from_dict(json.loads(meta["config"]), f"{file} (config)")
+    config = read_config(file)
     src_tok = Tokenizer.from_str(meta["src_tokenizer"])
     tgt_tok = Tokenizer.from_str(meta["tgt_tokenizer"])
     model = Transformer(
@@ -208,3 +224,22 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
         ) from None
     model.to(device).eval()
     return Loaded(model, config, src_tok, tgt_tok, file, meta)
+
+
+def newest_run(runs: Path = Path("runs")) -> Path:
+    """The run folder under `runs` whose checkpoint was written last."""
+    links = [
+        link
+        for link in runs.glob("*/checkpoints/*")
+        if link.name in ("best", "last") and link.exists()
+    ]
+    if not links:
+        raise ConfigError(f"no trained model under ./{runs}; pass --checkpoint RUN_DIR or FILE")
+    return max(links, key=lambda p: p.stat().st_mtime).parent.parent
+
+
+def run_dir_of(weights: Path, config: Config) -> Path:
+    """The run folder a weights file belongs to: checkpoints/<name>/model.safetensors."""
+    if weights.parent.parent.name == "checkpoints":
+        return weights.parent.parent.parent
+    return Path(config.run.dir)

@@ -15,11 +15,10 @@ from typing import Annotated
 import typer
 
 from . import __version__
-from .config import Config, dump_config, load_config
+from .config import Config, load_config
 from .errors import ConfigError, MtError
 
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="English→Spanish neural machine translation with the Transformer.",
@@ -53,14 +52,6 @@ def _config(config: str, overrides: list[str] | None) -> Config:
     return load_config(config, overrides or [])
 
 
-def _write_resolved_config(config: Config) -> None:
-    from .files import atomic_write_text
-
-    run_dir = Path(config.run.dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", dump_config(config))
-
-
 @app.command()
 def prepare(
     config: ConfigOption = "base.yaml",
@@ -73,17 +64,18 @@ def prepare(
 
     cfg = _config(config, set_)
     prepared = run_prepare(cfg, rebuild=rebuild)
-    _write_resolved_config(cfg)  # after success: a failed prepare leaves the run folder as it was
     stats = dict(prepared.stats, reused_cache=prepared.reused, run_dir=cfg.run.dir)
     if prepared.reused:
         typer.echo(
             f"reusing the cached data in {cfg.run.dir}/data (fingerprint {stats['fingerprint']})",
             err=True,
         )
-    if as_json:
-        typer.echo(json.dumps(stats, ensure_ascii=False))
-    else:
-        typer.echo(format_summary(stats))
+    typer.echo(json.dumps(stats, ensure_ascii=False) if as_json else format_summary(stats))
+
+
+# Exit statuses after a run stopped by a signal was saved: 128 + the signal's number, as
+# shells and schedulers expect, so that a script can tell it from a finished run (0).
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
 
 @app.command()
@@ -94,40 +86,41 @@ def train(
         bool, typer.Option(help="Discard the run's checkpoints and metrics and start over.")
     ] = False,
 ) -> None:
-    """Train a model, or resume the run in run.dir where it stopped."""
+    """Train a model, or resume the run in run.dir where it stopped.
+
+    Ctrl-C or SIGTERM finishes the update, saves, and exits with 130 or 143.
+    """
     from .train import train as run_train
 
     cfg = _config(config, set_)
     hint = shlex.join(
-        [
-            "mt",
-            "train",
-            "--config",
-            config,
-            *(arg for item in set_ or [] for arg in ("--set", item)),
-        ]
+        ["mt", "train", "--config", config, *(a for item in set_ or [] for a in ("--set", item))]
     )
-    run_train(cfg, restart=restart, resume_hint=hint)
+    result = run_train(cfg, restart=restart, resume_hint=hint)
+    if result["signal"]:
+        raise typer.Exit(SIGNAL_EXIT.get(result["signal"], 1))
 
 
-def _load_checkpoint(checkpoint: str | None, device: str):
+def _load_for_decoding(
+    checkpoint: str | None,
+    config: str | None,
+    overrides: list[str] | None,
+    device: str,
+    **options: int | None,
+):
+    """The checkpoint's model and the config to decode with: its own, then --config's decode
+    section, then --set decode.*, then the command's own options (--beam ...): one rule
+    checks them all."""
     from . import checkpoint as ckpt
+    from .config import decoding_config
     from .device import pick_device
 
-    dev = pick_device(device)
-    return ckpt.load(checkpoint or _newest_run(), dev), dev
-
-
-def _newest_run() -> Path:
-    """The run folder under ./runs whose checkpoint was written last."""
-    links = [
-        link
-        for link in Path("runs").glob("*/checkpoints/*")
-        if link.name in ("best", "last") and link.exists()
-    ]
-    if not links:
-        raise ConfigError("no trained model under ./runs; pass --checkpoint RUN_DIR or FILE")
-    return max(links, key=lambda p: p.stat().st_mtime).parent.parent
+    path = checkpoint or ckpt.newest_run()
+    trained = ckpt.read_config(path)  # cheap: the model is built after the options are checked
+    given = [f"decode.{key}={value}" for key, value in options.items() if value is not None]
+    cfg = decoding_config(trained, config, [*(overrides or []), *given], device)
+    dev = pick_device(cfg.run.device)
+    return ckpt.load(path, dev), cfg, dev
 
 
 CheckpointOption = Annotated[
@@ -138,9 +131,20 @@ CheckpointOption = Annotated[
         "weights file. Default: the newest run under ./runs.",
     ),
 ]
-BeamOption = Annotated[int | None, typer.Option(help="Beam size; 1 is greedy. Default: config.")]
+DecodeConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--config", "-c", help="A config whose decode section applies (default: the checkpoint's)."
+    ),
+]
+DecodeSetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a decoding key: decode.key=value. Repeatable."),
+]
+BeamOption = Annotated[int | None, typer.Option(help="Beam size (decode.beam); 1 is greedy.")]
 BatchTokensOption = Annotated[
-    int | None, typer.Option("--batch-tokens", help="Source tokens per batch. Default: config.")
+    int | None,
+    typer.Option("--batch-tokens", help="Source tokens a batch (decode.batch_tokens)."),
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
 
@@ -152,58 +156,64 @@ def translate_command(
         str | None, typer.Option("--file", "-f", help="One sentence a line; - for stdin.")
     ] = None,
     checkpoint: CheckpointOption = None,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
     beam: BeamOption = None,
-    nbest: Annotated[int, typer.Option(help="Print this many translations per input.")] = 1,
+    nbest: Annotated[
+        int | None,
+        typer.Option(help="Translations per input (decode.nbest): index, rank, score, text."),
+    ] = None,
     batch_tokens: BatchTokensOption = None,
     device: DeviceOption = "auto",
 ) -> None:
-    """Translate English to Spanish: arguments, a file, stdin, or an interactive prompt."""
-    from .evaluate import translate
+    """Translate English to Spanish: arguments, a file, stdin, or an interactive prompt.
+
+    With --nbest N > 1 each line is INDEX<TAB>RANK<TAB>SCORE<TAB>TRANSLATION (INDEX from 0,
+    RANK from 1, SCORE the length-normalised log-probability).
+    """
+    from .data import read_lines
+    from .translate import translate_nbest
 
     if texts and file:
         raise ConfigError("give sentences as arguments or --file, not both")
     lines = list(texts or [])
     if file:
-        lines = _read_lines(file)
+        lines = read_lines(file, "--file")
     interactive = not lines and not file and sys.stdin.isatty()
     if not lines and not file and not interactive:
-        lines = _read_lines("-")
-    loaded, dev = _load_checkpoint(checkpoint, device)
-    beam = beam or loaded.config.decode.beam
-    if nbest < 1 or nbest > beam:
-        raise ConfigError(f"--nbest {nbest}: must be between 1 and the beam size ({beam})")
+        lines = read_lines("-", "stdin")
+    loaded, cfg, dev = _load_for_decoding(
+        checkpoint, config, set_, device, beam=beam, nbest=nbest, batch_tokens=batch_tokens
+    )
 
     def run(batch: list[str]) -> None:
-        out = translate(
+        out = translate_nbest(
             loaded.model,
             loaded.src_tokenizer,
             loaded.tgt_tokenizer,
             batch,
-            loaded.config.decode,
-            beam=beam,
-            nbest=nbest,
-            batch_tokens=batch_tokens,
+            cfg.decode,
             device=dev,
             progress=len(batch) > 100,
         )
-        for i, result in enumerate(out):
-            if nbest == 1:
-                typer.echo(result)
+        for i, found in enumerate(out):
+            if cfg.decode.nbest == 1:
+                typer.echo(found[0][0])
             else:
-                for rank, line in enumerate(result, start=1):
-                    typer.echo(f"{i}\t{rank}\t{line}")
+                for rank, (text, score) in enumerate(found, start=1):
+                    typer.echo(f"{i}\t{rank}\t{score:.4f}\t{text}")
 
     if not interactive:
         run(lines)
         return
     typer.echo(f"mt: translating with {loaded.path} (Ctrl-D to quit)", err=True)
     while True:
-        try:
-            line = input("en> ")
-        except EOFError:
+        typer.echo("en> ", err=True, nl=False)  # the prompt is not output: stderr
+        line = sys.stdin.readline()
+        if not line:
             typer.echo(err=True)
             return
-        run([line])
+        run([line.rstrip("\n")])
 
 
 @app.command(name="evaluate")
@@ -213,10 +223,13 @@ def evaluate_command(
         str, typer.Option(help="The run's own split to decode: test or valid.")
     ] = "test",
     pairs: Annotated[
-        str | None, typer.Option(help='External JSON Lines {"en", "es"} (.gz allowed).')
+        str | None,
+        typer.Option(help="External pairs in any corpus format (.jsonl, .csv, .parquet ...)."),
     ] = None,
     src: Annotated[str | None, typer.Option(help="External source file, one per line.")] = None,
     ref: Annotated[str | None, typer.Option(help="Its references, one per line.")] = None,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
     beam: BeamOption = None,
     out: Annotated[str | None, typer.Option(help="Write the hypotheses to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
@@ -226,40 +239,16 @@ def evaluate_command(
     """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
     import time
 
-    from .data import normalize, read_pairs_jsonl
-    from .evaluate import score, translate
+    from . import checkpoint as ckpt
+    from .evaluate import evaluation_set, score
     from .files import atomic_write_text
+    from .translate import translate
 
-    if split not in ("test", "valid"):
-        raise ConfigError(f"--split {split}: must be test or valid")
-    if (src is None) != (ref is None):
-        raise ConfigError("--src and --ref go together")
-    if pairs and src:
-        raise ConfigError("give --pairs or --src/--ref, not both")
-    loaded, dev = _load_checkpoint(checkpoint, device)
-    cfg = loaded.config
-    if pairs:
-        _require_file(pairs, "--pairs")
-        sources, references = zip(*read_pairs_jsonl(pairs, cfg.data.src_lang, cfg.data.tgt_lang))
-        name = pairs
-    elif src and ref:
-        sources = [normalize(x) for x in _read_lines(src, "--src")]
-        references = [normalize(x) for x in _read_lines(ref, "--ref")]
-        if len(sources) != len(references):
-            raise ConfigError(
-                f"--src {src} has {len(sources)} lines but --ref {ref} has {len(references)}"
-            )
-        name = src
-    else:
-        cached = _run_dir_of(loaded.path, cfg) / "data" / f"{split}.jsonl"
-        if not cached.is_file():
-            raise ConfigError(
-                f"{cached}: the run's {split} split is not there; pass --pairs "
-                "FILE or --src FILE --ref FILE"
-            )
-        sources, references = zip(*read_pairs_jsonl(cached, "src", "tgt"))
-        name = f"{split} split of {cached.parent.parent}"
-    beam = beam or cfg.decode.beam
+    loaded, cfg, dev = _load_for_decoding(
+        checkpoint, config, set_, device, beam=beam, batch_tokens=batch_tokens
+    )
+    run_dir = ckpt.run_dir_of(loaded.path, cfg)
+    name, sources, references = evaluation_set(run_dir, cfg, split, pairs, src, ref)
     started = time.perf_counter()
     hypotheses = translate(
         loaded.model,
@@ -267,8 +256,6 @@ def evaluate_command(
         loaded.tgt_tokenizer,
         sources,
         cfg.decode,
-        beam=beam,
-        batch_tokens=batch_tokens,
         device=dev,
         progress=True,
     )
@@ -276,7 +263,7 @@ def evaluate_command(
     result = dict(
         score(hypotheses, references),
         sentences=len(sources),
-        beam=beam,
+        beam=cfg.decode.beam,
         seconds=seconds,
         sentences_per_s=len(sources) / max(seconds, 1e-9),
         checkpoint=str(loaded.path),
@@ -289,7 +276,7 @@ def evaluate_command(
         typer.echo(json.dumps(result, ensure_ascii=False))
     else:
         typer.echo(
-            f"{name}: {len(sources)} sentences, beam {beam}, {seconds:.1f} s "
+            f"{name}: {len(sources)} sentences, beam {cfg.decode.beam}, {seconds:.1f} s "
             f"({result['sentences_per_s']:.1f} sentences/s)\n"
             f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
             f"chrF {result['chrf']:.2f}  {result['chrf_signature']}"
@@ -354,6 +341,8 @@ def attention_command(
         str, typer.Option(help="cross (output vs source tokens) or self (output vs output).")
     ] = "cross",
     out: Annotated[str, typer.Option(help="The PNG to write.")] = "attention.png",
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
     device: DeviceOption = "auto",
 ) -> None:
     r"""Translate a sentence (greedy search) and draw each head's attention of a decoder layer.
@@ -363,29 +352,12 @@ def attention_command(
     """
     from .plot import plot_attention
 
-    loaded, dev = _load_checkpoint(checkpoint, device)
-    translation, path = plot_attention(loaded, sentence, out, layer=layer, kind=kind, device=dev)
+    loaded, cfg, dev = _load_for_decoding(checkpoint, config, set_, device)
+    translation, path = plot_attention(
+        loaded, sentence, cfg.decode, out, layer=layer, kind=kind, device=dev
+    )
     typer.echo(translation)
     typer.echo(f"wrote {path}", err=True)
-
-
-def _read_lines(path: str, option: str = "--file") -> list[str]:
-    if path == "-":
-        return sys.stdin.read().splitlines()
-    _require_file(path, option)
-    return Path(path).read_text(encoding="utf-8").splitlines()
-
-
-def _require_file(path: str, option: str) -> None:
-    if not Path(path).is_file():
-        raise ConfigError(f"{option} {path}: no such file")
-
-
-def _run_dir_of(weights: Path, config: Config) -> Path:
-    """The run folder a weights file belongs to: checkpoints/<name>/model.safetensors."""
-    if weights.parent.parent.name == "checkpoints":
-        return weights.parent.parent.parent
-    return Path(config.run.dir)
 
 
 def format_summary(stats: dict) -> str:

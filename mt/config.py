@@ -7,6 +7,7 @@ is reported once, as one line naming the file and the key.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
@@ -25,11 +26,18 @@ SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # fixed ids 0..3 in every vo
 PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 
 
+def resumable(default: Any) -> Any:
+    """A key that may change between a stop and a resume: it decides when to stop, where files
+    go or how the model is used afterwards, not what training computes, so the resumed run
+    still matches an uninterrupted one."""
+    return field(default=default, metadata={"resumable": True})
+
+
 @dataclass
 class RunConfig:
-    dir: str = ""  # run folder; "" means runs/<config file name without .yaml>
+    dir: str = resumable("")  # run folder; "" means runs/<config file name without .yaml>
     seed: int = 1234  # seeds the split, batch order, initialisation and dropout
-    device: str = "auto"  # auto (cuda, then mps, then cpu) | cuda | cuda:N | mps | cpu
+    device: str = resumable("auto")  # auto (cuda, then mps, then cpu) | cuda | cuda:N | mps | cpu
 
 
 @dataclass
@@ -90,31 +98,35 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # clip the gradient norm to this; 0 disables
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay; 0 is the paper's Adam
-    max_steps: int = 100000  # optimiser updates; 0 means no limit
-    max_epochs: int = 0  # 0 means no limit
-    max_minutes: float = 0.0  # wall-clock budget; 0 means no limit
-    patience: int = 0  # stop after this many validations without a better BLEU; 0 disables
+    max_steps: int = resumable(100000)  # optimiser updates; 0 means no limit
+    max_epochs: int = resumable(0)  # 0 means no limit
+    max_minutes: float = resumable(0.0)  # wall-clock budget; 0 means no limit
+    patience: int = resumable(
+        0
+    )  # stop after this many validations without a better BLEU; 0 disables
     eval_every: int = 1000  # updates between validations
     eval_sentences: int = 500  # validation sentences decoded for BLEU; 0 means all
-    eval_examples: int = 3  # translations printed at each validation
-    log_every: int = 100  # updates between training-metric lines
-    save_every: int = 1000  # updates between checkpoints
-    keep_last: int = 5  # step checkpoints kept (best and last are always kept)
+    eval_examples: int = resumable(3)  # translations printed at each validation
+    log_every: int = resumable(100)  # updates between training-metric lines
+    save_every: int = resumable(1000)  # updates between checkpoints
+    keep_last: int = resumable(5)  # step checkpoints kept (best and last are always kept)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = (
         "auto"  # auto: bf16/fp16 on GPU, fp32 on CPU
     )
-    compile: bool = False  # torch.compile the model
+    compile: bool = resumable(False)  # torch.compile the model
 
 
 @dataclass
 class DecodeConfig:
-    beam: int = 5  # 1 is greedy
-    alpha: float = 0.6  # GNMT length penalty ((5 + L) / 6) ** alpha; 0 ranks by log-probability
+    beam: int = resumable(5)  # 1 is greedy
+    alpha: float = resumable(
+        0.6
+    )  # GNMT length penalty ((5 + L) / 6) ** alpha; 0 ranks by log-probability
     max_len_a: float = 1.5  # output at most a * source_length + b tokens
     max_len_b: int = 10
-    nbest: int = 1
-    no_repeat_ngram: int = 0  # forbid repeating any n-gram of this size; 0 disables
-    batch_tokens: int = 4096  # source tokens per decoding batch
+    nbest: int = resumable(1)
+    no_repeat_ngram: int = resumable(0)  # forbid repeating any n-gram of this size; 0 disables
+    batch_tokens: int = resumable(4096)  # source tokens per decoding batch
 
 
 @dataclass
@@ -146,6 +158,44 @@ def find_config_file(name: str | Path) -> Path:
 def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read, override and validate a config. Raises ConfigError with a one-line message."""
     path = find_config_file(path)
+    config = _build(Config, _read_yaml(path), str(path), "")
+    for item in overrides:
+        apply_override(config, item)
+    if not config.run.dir:
+        config.run.dir = str(Path("runs") / path.stem)
+    validate(config, str(path))
+    return config
+
+
+def decoding_config(
+    trained: Config,
+    path: str | Path | None,
+    overrides: list[str] | tuple[str, ...] = (),
+    device: str = "auto",
+) -> Config:
+    """The config to decode with on `device`: a checkpoint's, with the `decode` section of
+    `path` (the other sections are the checkpoint's to say) and `--set decode.*` on top."""
+    config = copy.deepcopy(trained)
+    config.run.device = device
+    if path is not None:
+        path = find_config_file(path)
+        section = _read_yaml(path).get("decode") or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{path}: decode: expected a mapping, got {_describe(section)}")
+        merged = {**dataclasses.asdict(config.decode), **section}
+        config.decode = _build(DecodeConfig, merged, str(path), "decode.")
+    for item in overrides:
+        if item.partition("=")[0].strip().split(".")[0] != "decode":
+            raise ConfigError(
+                f"--set {item}: only decode.* keys can be set here; the model and how it was "
+                "trained come from the checkpoint"
+            )
+        apply_override(config, item)
+    validate(config, "decoding options", check_files=False)
+    return config
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -153,16 +203,10 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: invalid YAML: {one_line(e)}") from None
     if raw is None:
-        raw = {}
+        return {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
-    config = _build(Config, raw, str(path), "")
-    for item in overrides:
-        apply_override(config, item)
-    if not config.run.dir:
-        config.run.dir = str(Path("runs") / path.stem)
-    validate(config, str(path))
-    return config
+    return raw
 
 
 def config_from_dict(raw: dict[str, Any], origin: str) -> Config:
@@ -211,6 +255,8 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         raise ConfigError(f"{origin}: {key}: {message}")
 
     m, t, d, tok = config.model, config.train, config.decode, config.tokenizer
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", config.run.device):
+        fail("run.device", f"{config.run.device!r}: expected auto, cpu, cuda, cuda:N or mps")
     if m.d_model % m.heads:
         fail("model.d_model", f"{m.d_model} is not divisible by model.heads ({m.heads})")
     for key, value in [
@@ -294,6 +340,19 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
             "train.max_steps",
             "training would never stop: set max_steps, max_epochs, max_minutes or patience",
         )
+
+
+def resumable_keys(config: Config) -> set[str]:
+    """Dotted keys declared `resumable`."""
+    keys = {
+        f"{section.name}.{f.name}"
+        for section in dataclasses.fields(config)
+        for f in dataclasses.fields(getattr(config, section.name))
+        if f.metadata.get("resumable")
+    }
+    if config.train.schedule == "cosine":  # its rate depends on max_steps
+        keys.discard("train.max_steps")
+    return keys
 
 
 def dump_config(config: Config) -> str:

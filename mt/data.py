@@ -15,6 +15,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import sys
 import unicodedata
 import zipfile
 from collections.abc import Iterator, Sequence
@@ -27,11 +28,11 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from . import tokenizer as tok
-from .config import BOS, EOS, PAD, Config, DataConfig, one_line
+from .config import BOS, EOS, PAD, Config, DataConfig, dump_config, one_line
 from .errors import ConfigError, MtError
 from .files import atomic_path, atomic_write_text
 
-CACHE_VERSION = 1  # bump when the cache layout or the pipeline's output changes
+CACHE_VERSION = 2  # bump when the cache layout or the pipeline's output changes
 SPLITS = ("train", "valid", "test")
 Pair = tuple[str, str]
 
@@ -214,21 +215,47 @@ def fingerprint(config: Config) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def prepare(config: Config, rebuild: bool = False) -> Prepared:
-    """Load the cached data of this config, or build and cache it."""
+def prepare(config: Config, rebuild: bool = False, write: bool = True) -> Prepared:
+    """Load the cached data of this config, or build and cache it; then (with `write`, which
+    only one process of a run may do) describe the run folder: config.yaml and README.md.
+    Nothing is written before the data step has succeeded."""
     run_dir = Path(config.run.dir)
     cache = run_dir / "data"
     fp = fingerprint(config)
     tok_files = tok.tokenizer_files(
         run_dir, config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
     )
-    if not rebuild:
-        cached = _load_cache(cache, fp, tok_files)
-        if cached is not None:
-            return cached
-    prepared = _build(config, fp)
-    _write_cache(prepared, cache, tok_files)
+    prepared = None if rebuild else _load_cache(cache, fp, tok_files)
+    if prepared is None and not write:
+        raise MtError(f"{cache}: no prepared data for this config; run mt prepare first")
+    if prepared is None:
+        prepared = _build(config, fp)
+        _write_cache(prepared, cache, tok_files)
+    if write:
+        atomic_write_text(run_dir / "config.yaml", dump_config(config))
+        atomic_write_text(run_dir / "README.md", RUN_README.format(tokenizer=tok_files[0].name))
     return prepared
+
+
+RUN_README = """\
+# An `mt` run folder
+
+- `config.yaml`: the resolved configuration of the run (every key, defaults included).
+- `{tokenizer}` (and its target-side twin if the vocabularies are separate): the byte-level
+  BPE tokenizer in the standard `tokenizers` format. Outside `mt`:
+
+      tok = tokenizers.Tokenizer.from_file("{tokenizer}")
+      tok.encode_special_tokens = True   # a literal "</s>" in a sentence is text (not saved)
+      ids = tok.encode(sentence).ids     # ends with </s> (id 2): what the encoder reads
+
+  Ids 0-3 are <pad> <s> </s> <unk>. The decoder starts from <s>; `tok.decode(ids)` drops
+  the special tokens.
+- `data/`: the cleaned, split and encoded corpus (`meta.json` holds its statistics).
+- `metrics.jsonl`: one JSON object a line, `"kind": "train"` or `"valid"`.
+- `checkpoints/step-N/`: `model.safetensors` (weights; its metadata holds the config and both
+  tokenizers) and `trainer.pt` (optimiser and position, for an exact resume). `last` and
+  `best` (by validation BLEU) point at step folders.
+"""
 
 
 def _build(config: Config, fp: str) -> Prepared:
@@ -361,6 +388,22 @@ def _flatten(seqs: list[np.ndarray], prefix: str) -> dict[str, np.ndarray]:
 def _unflatten(arrays: Any, prefix: str) -> list[np.ndarray]:
     ids, lengths = arrays[f"{prefix}_ids"], arrays[f"{prefix}_lengths"]
     return np.split(ids, np.cumsum(lengths)[:-1]) if len(lengths) else []
+
+
+def read_pairs(files: list[str], cfg: DataConfig, key: str) -> list[Pair]:
+    """Normalised (source, target) pairs from files in any corpus format and schema that
+    training reads (`key` names the option they came from, for messages)."""
+    pairs = _pairs(_load_files(files, key), cfg, ", ".join(files))
+    return [(normalize(src), normalize(tgt)) for src, tgt in pairs]
+
+
+def read_lines(path: str, option: str) -> list[str]:
+    """The lines of a UTF-8 text file, or of stdin for "-"."""
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    if not Path(path).is_file():
+        raise ConfigError(f"{option} {path}: no such file")
+    return Path(path).read_text(encoding="utf-8").splitlines()
 
 
 def read_pairs_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> list[Pair]:

@@ -7,13 +7,14 @@ matplotlib state (the backend, pyplot's figure list) is touched.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import SPECIAL_TOKENS
+from .config import SPECIAL_TOKENS, DecodeConfig
 from .errors import ConfigError
 from .files import atomic_path
 
@@ -169,6 +170,7 @@ def _duration(seconds: float) -> str:
 def plot_attention(
     loaded,
     sentence: str,
+    decode: DecodeConfig,
     out: str | Path = "attention.png",
     layer: int = -1,
     kind: str = "cross",
@@ -184,8 +186,8 @@ def plot_attention(
     import torch
 
     from . import tokenizer as tok
-    from .evaluate import source_ids, translate_ids
     from .model import BOS, EOS
+    from .translate import source_ids, translate_ids
 
     if kind not in ("cross", "self"):
         raise ConfigError(f"--kind {kind}: must be cross or self")
@@ -200,9 +202,10 @@ def plot_attention(
     _figure()  # fail on a missing matplotlib before the slow part
 
     model, src_tok, tgt_tok = loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
-    # beam=1: the same greedy search `translate --beam 1` runs, with the same length limits.
+    # the same greedy search `translate --beam 1` runs, with the same length limits
     ids = source_ids(model, src_tok, [sentence])
-    tokens = translate_ids(model, ids, loaded.config.decode, beam=1, device=device)[0][0].tokens
+    greedy = dataclasses.replace(decode, beam=1, nbest=1)
+    tokens = translate_ids(model, ids, greedy, device=device)[0][0].tokens
     translation = tok.decode(tgt_tok, [tokens])[0]
     src_ids = [*ids[0], EOS]
     tgt_in = [BOS, *tokens]

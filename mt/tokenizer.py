@@ -2,16 +2,29 @@
 
 Byte-level BPE starts from the 256 byte symbols, so every string is encodable without
 `<unk>` and `decode(encode(s)) == s` exactly: no character is ever lost. The special tokens
-`<pad> <s> </s> <unk>` have the fixed ids 0..3 in every vocabulary; BOS and EOS are added by
-the model code, not by the tokenizer, so a saved tokenizer behaves like any other outside `mt`.
+`<pad> <s> </s> <unk>` have the fixed ids 0..3 in every vocabulary.
+
+The saved file's post-processor appends `</s>`, so outside `mt`,
+`Tokenizer.from_file(path).encode(text).ids` is exactly what the encoder reads (and, on the
+target side, the reference labels). Inside `mt` the ids are taken without it
+(`add_special_tokens=False`) and the model code adds EOS and BOS where each belongs.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 from .config import SPECIAL_TOKENS, TokenizerConfig
 
@@ -30,9 +43,12 @@ def train_tokenizer(
         min_frequency=cfg.min_frequency,
         special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=True,
+        show_progress=sys.stdout.isatty(),  # it draws on stdout, which is for results
     )
     tokenizer.train_from_iterator(texts, trainer, length=length)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", SPECIAL_TOKENS.index("</s>"))]
+    )
     assert [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS)))
     return tokenizer
 
@@ -58,8 +74,8 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of each text, without BOS or EOS.
 
     A literal "<s>" or "</s>" in the text is text: it must not become a control token (an EOS
-    inside a source). The flag is not saved in tokenizer.json, so it is set here, where all of
-    mt's encoding happens.
+    inside a source). `tokenizers` does not save that flag in tokenizer.json, so it is set
+    here, where all of mt's encoding happens (the run folder's README tells users to set it).
     """
     tokenizer.encode_special_tokens = True
     return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]

@@ -9,10 +9,10 @@ own share of each epoch's batches, only rank 0 writes files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-import shutil
 import signal
 import sys
 import time
@@ -27,26 +27,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import checkpoint
-from .config import Config, diff_configs, dump_config
+from .config import Config, TrainConfig, diff_configs, resumable_keys
 from .data import Split, collate, prepare, token_batches
 from .device import pick_device, precision_for
 from .errors import ConfigError, MtError
-from .files import atomic_write_text
+from .files import atomic_write_text, remove
 from .model import PAD, Transformer
 
-# Keys that may change between a stop and a resume: they decide when to stop or where files
-# go, not what is computed, so the resumed run still matches an uninterrupted one.
-RESUMABLE_KEYS = {
-    "train.max_steps",
-    "train.max_epochs",
-    "train.max_minutes",
-    "train.patience",
-    "train.eval_examples",
-    "train.log_every",
-    "train.keep_last",
-    "run.device",
-    "run.dir",
-}
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before training gives up
 
 
@@ -136,30 +123,53 @@ class StopSignal:
             signal.signal(sig, handler)
 
 
+def stop_reason(
+    t: TrainConfig, state: TrainState, signal_name: str, patience_out: bool, out_of_time: bool
+) -> str:
+    """Whether and why training stops, in a fixed order of priority (empty: go on).
+
+    Called once per update with every rank's agreed inputs, this is the only place that
+    decides; a signal comes first because the person asked for it.
+    """
+    if signal_name:
+        return f"stopped by {signal_name}"
+    if t.max_steps and state.step >= t.max_steps:
+        return f"reached train.max_steps ({t.max_steps})"
+    if t.max_epochs and state.epoch >= t.max_epochs:
+        return f"reached train.max_epochs ({t.max_epochs})"
+    if out_of_time:
+        return f"reached train.max_minutes ({t.max_minutes:g})"
+    if patience_out:
+        return f"no better validation BLEU in {t.patience} validations"
+    return ""
+
+
+def build_optimizer(model: torch.nn.Module, t: TrainConfig, device: torch.device):
+    """AdamW with the paper's betas and epsilon; weight decay only on matrices, as nanoGPT
+    does: decaying LayerNorm gains and biases pulls them towards 0, which is no prior."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": t.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups,
+        lr=0.0,  # set before every update by the schedule
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        fused=device.type in ("cuda", "cpu"),  # one kernel, not a loop over tensors
+    )
+
+
 class Trainer:
     def __init__(self, config: Config, restart: bool = False, resume_hint: str = "") -> None:
         self.config, self.resume_hint = config, resume_hint
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.device = pick_device(config.run.device, int(os.environ.get("LOCAL_RANK", "0")))
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
-        self.main = self.rank == 0
         self.run_dir = Path(config.run.dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
-
-        resume = self._check_resume(restart)
-        if self.main:
-            self.data = prepare(config)  # first: a config that fails here is not written
-            atomic_write_text(self.run_dir / "config.yaml", dump_config(config))
-        self._barrier()
-        if not self.main:
-            self.data = prepare(config)
-        self.train_split = self.data.splits["train"]
-        self.src_lengths = np.fromiter(map(len, self.train_split.src), np.int64)
-        self.tgt_lengths = np.fromiter(map(len, self.train_split.tgt), np.int64)
-
+        self._start_processes()
+        resume = self._resume_point(restart)
+        self._prepare_data()
         torch.manual_seed(config.run.seed)
         self.model = Transformer(
             config.model,
@@ -167,44 +177,62 @@ class Trainer:
             self.data.tgt_tokenizer.get_vocab_size(),
             joint=config.tokenizer.joint,
         ).to(self.device)
-        t = config.train
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=learning_rate(1, config),
-            betas=(0.9, 0.98),
-            eps=1e-9,
-            weight_decay=t.weight_decay,
-            fused=self.device.type in ("cuda", "cpu"),  # one kernel, not a loop over tensors
-        )
-        self.autocast = precision_for(t.precision, self.device)
+        self.optimizer = build_optimizer(self.model, config.train, self.device)
+        self.autocast = precision_for(config.train.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
         self.state = TrainState()
         self._saved_step = -1
         if resume is not None:
             self._load(resume)
-        self.net: torch.nn.Module = self.model
+        elif self.main:  # a run started over: metrics of an earlier attempt are not its own
+            self._truncate_metrics(0)
+        self.net = self._wrap(self.model)
+
+    # ------------------------------------------------------------------ set-up
+
+    def _start_processes(self) -> None:
+        """Rank, world size and device of this process; the process group under torchrun."""
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.main = self.rank == 0
+        self.device = pick_device(self.config.run.device, int(os.environ.get("LOCAL_RANK", "0")))
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+
+    def _prepare_data(self) -> None:
+        """Rank 0 builds (or reuses) the cache first; the others then read it."""
+        if self.main:
+            self.data = prepare(self.config)
+        self._barrier()
+        if not self.main:
+            self.data = prepare(self.config, write=False)
+        self.train_split = self.data.splits["train"]
+        self.src_lengths = np.fromiter(map(len, self.train_split.src), np.int64)
+        self.tgt_lengths = np.fromiter(map(len, self.train_split.tgt), np.int64)
+
+    def _wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        net = model
         if self.world > 1:
-            self.net = torch.nn.parallel.DistributedDataParallel(self.model)
-        if t.compile:
-            self.net = torch.compile(self.net)
+            net = torch.nn.parallel.DistributedDataParallel(model)
+        if self.config.train.compile:
+            net = torch.compile(net)
+        return net
 
     # ------------------------------------------------------------------ resume
 
-    def _check_resume(self, restart: bool) -> Path | None:
+    def _resume_point(self, restart: bool) -> Path | None:
         """The `last` checkpoint to resume from, None to start, or an error if configs differ."""
         last = self.ckpt_dir / "last"
         if restart:
             if self.main:
-                shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+                remove(self.ckpt_dir)
                 self.metrics_path.unlink(missing_ok=True)
             self._barrier()
             return None
         if not (last / checkpoint.WEIGHTS).is_file():
             return None
         _, meta = checkpoint.load_weights(last / checkpoint.WEIGHTS)
-        resumable = set(RESUMABLE_KEYS)
-        if self.config.train.schedule == "cosine":  # its rate depends on max_steps
-            resumable.discard("train.max_steps")
+        resumable = resumable_keys(self.config)
         differing = [
             k
             for k in diff_configs(json.loads(meta["config"]), self.config.to_dict())
@@ -228,32 +256,53 @@ class Trainer:
         torch.set_rng_state(self.state.rng["cpu"])
         if torch.cuda.is_available() and "cuda" in self.state.rng:
             torch.cuda.set_rng_state_all(self.state.rng["cuda"])
+        self._saved_step = self.state.step
         if self.main:
             self._truncate_metrics(self.state.step)
             say(f"resuming from {path} (step {self.state.step}, epoch {self.state.epoch})")
 
     def _truncate_metrics(self, step: int) -> None:
-        """Forget metrics logged after the checkpoint: they are about to be redone."""
+        """Forget metrics logged after `step`: they are about to be redone."""
         if self.metrics_path.is_file():
             lines = self.metrics_path.read_text(encoding="utf-8").splitlines(keepends=True)
-            kept = [line for line in lines if json.loads(line)["step"] <= step]
-            atomic_write_text(self.metrics_path, "".join(kept))
+            kept = [line for line in lines if _record_step(line) <= step]
+            if kept != lines:
+                atomic_write_text(self.metrics_path, "".join(kept))
 
     # ------------------------------------------------------------------ the loop
 
-    def batches(self):
-        """Endless (epoch, index, batch) stream, resuming at the saved position."""
-        t = self.config.train
-        while True:
-            epoch = self.state.epoch
+    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """This rank's batches of `epoch`: an equal share of them, since ranks step together."""
+        if self._epoch_cache[0] != epoch:
             batches = token_batches(
-                self.src_lengths, self.tgt_lengths, t.max_tokens, self.config.run.seed, epoch
+                self.src_lengths,
+                self.tgt_lengths,
+                self.config.train.max_tokens,
+                self.config.run.seed,
+                epoch,
             )
-            per_rank = len(batches) // self.world  # equal counts: ranks must step together
-            mine = batches[self.rank * per_rank : (self.rank + 1) * per_rank]
-            for index in range(self.state.batch, len(mine)):
-                yield epoch, index, mine[index]
-            self.state.epoch, self.state.batch = epoch + 1, 0
+            per_rank = len(batches) // self.world
+            if per_rank == 0:
+                raise ConfigError(
+                    f"train.max_tokens: {len(batches)} batches an epoch cannot be shared by "
+                    f"{self.world} processes; lower train.max_tokens"
+                )
+            self._epoch_cache = (epoch, batches[self.rank * per_rank : (self.rank + 1) * per_rank])
+        return self._epoch_cache[1]
+
+    _epoch_cache: tuple[int, list[np.ndarray]] = (-1, [])
+
+    def next_batches(self) -> list[np.ndarray]:
+        """The batches of the next update, from the saved position, which this advances: the
+        only place that moves (epoch, batch). An epoch ends with its last batch."""
+        group = []
+        for _ in range(self.config.train.accum_steps):
+            mine = self._epoch_batches(self.state.epoch)
+            group.append(mine[self.state.batch])
+            self.state.batch += 1
+            if self.state.batch == len(mine):
+                self.state.epoch, self.state.batch = self.state.epoch + 1, 0
+        return group
 
     def run(self) -> dict[str, Any]:
         """Train until a stopping rule fires; returns how it ended."""
@@ -269,40 +318,42 @@ class Trainer:
             "step": self.state.step,
             "epoch": self.state.epoch,
             "reason": reason,
+            "signal": stop.caught,
             "best_bleu": self.state.best_bleu,
         }
 
-    def _limit(self) -> str:
-        t, state = self.config.train, self.state
-        if t.max_steps and state.step >= t.max_steps:
-            return f"reached train.max_steps ({t.max_steps})"
-        if t.max_epochs and state.epoch >= t.max_epochs:
-            return f"reached train.max_epochs ({t.max_epochs})"
-        return ""
-
     def _loop(self, stop: StopSignal) -> str:
         t, state = self.config.train, self.state
-        stream = self.batches()
         bar = tqdm(
             total=t.max_steps or None,
             initial=state.step,
             unit="step",
             desc="train",
-            disable=not self.main,
+            disable=not self.main or not sys.stderr.isatty(),
             dynamic_ncols=True,
         )
         window = dict.fromkeys(("loss", "nll", "tokens", "padded", "cells", "seconds"), 0.0)
         session_start, elapsed_before = time.perf_counter(), state.elapsed
-        bad_updates, evaluated_at = 0, -1
-        reason = self._limit()
+        bad_updates, validated_at, patience_out = 0, -1, False
+        reason = stop_reason(t, state, "", False, False)
         while not reason:
             started = time.perf_counter()
-            group = [next(stream) for _ in range(t.accum_steps)]
-            loss, nll, tokens, padded, cells = self._update(group)
-            state.epoch, state.batch = group[-1][0], group[-1][1] + 1
-            seconds = time.perf_counter() - started
+            loss, nll, tokens, padded, cells = self._update(self.next_batches())
             state.elapsed = elapsed_before + time.perf_counter() - session_start
-            if not math.isfinite(loss):
+            if math.isfinite(loss):
+                bad_updates = 0
+                state.step += 1
+                state.target_tokens += tokens
+                for key, value in zip(window, (loss, nll, tokens, padded, cells)):
+                    window[key] += value
+                window["seconds"] += time.perf_counter() - started
+                bar.update(1)
+                if state.step % t.log_every == 0:
+                    self._log_train(window, bar)
+                    window = dict.fromkeys(window, 0.0)
+                if state.step % t.eval_every == 0:
+                    validated_at, patience_out = state.step, self._validate()
+            else:
                 bad_updates += 1
                 say(f"warning: non-finite loss at step {state.step + 1}; update skipped")
                 if bad_updates >= MAX_BAD_UPDATES:
@@ -311,31 +362,16 @@ class Trainer:
                         f"the last good checkpoint is {self.ckpt_dir / 'last'}; "
                         "lower the learning rate or set train.clip_norm"
                     )
-                continue
-            bad_updates = 0
-            state.step += 1
-            state.target_tokens += tokens
-            for key, value in zip(window, (loss, nll, tokens, padded, cells, seconds)):
-                window[key] += value
-            bar.update(1)
-            if state.step % t.log_every == 0:
-                self._log_train(window, bar)
-                window = dict.fromkeys(window, 0.0)
-            if state.step % t.eval_every == 0:
-                evaluated_at = state.step
-                if self._validate():
-                    reason = f"no better validation BLEU in {t.patience} validations"
-            out_of_time = t.max_minutes and state.elapsed > t.max_minutes * 60
             signalled, out_of_time = self._agree(
-                [float(stop.caught is not None), float(bool(out_of_time))]
+                [
+                    float(stop.caught is not None),
+                    float(bool(t.max_minutes) and state.elapsed > t.max_minutes * 60),
+                ]
             )
-            if signalled:  # finish quickly: save, no validation
-                reason = f"stopped by {stop.caught or 'a signal on another rank'}"
-            elif out_of_time:
-                reason = f"reached train.max_minutes ({t.max_minutes:g})"
-            reason = reason or self._limit()
-            if reason and not signalled and evaluated_at != state.step:
-                self._validate()
+            caught = (stop.caught or "a signal on another rank") if signalled else ""
+            reason = stop_reason(t, state, caught, patience_out, bool(out_of_time))
+            if reason and not caught and validated_at != state.step:
+                self._validate()  # the final model is validated, except when asked to hurry
             if reason or state.step % t.save_every == 0:
                 self._save()
         bar.close()
@@ -344,10 +380,7 @@ class Trainer:
     def _update(self, group) -> tuple[float, float, int, int, int]:
         """One optimiser update over `group` batches; losses normalised by target tokens."""
         t = self.config.train
-        batches = [
-            tuple(torch.from_numpy(a) for a in collate(self.train_split, idx))
-            for _, _, idx in group
-        ]
+        batches = [tuple(torch.from_numpy(a) for a in collate(self.train_split, i)) for i in group]
         tokens = sum(int((tgt_out != PAD).sum()) for _, _, tgt_out in batches)
         global_tokens = self._agree([float(tokens)], op="sum")[0]
         # DDP averages gradients over ranks: scale so the result is the per-token mean
@@ -428,6 +461,12 @@ class Trainer:
             "elapsed_s": self.state.elapsed,
         }
         self._log(record)
+        if bar.disable and self.main:  # no bar off a terminal: a plain line now and then
+            say(
+                f"step {record['step']}: loss {record['loss']:.3f}, lr {record['lr']:.2e}, "
+                f"{record['tokens_per_s']:,.0f} target tokens/s, "
+                f"{record['elapsed_s'] / 60:.1f} min"
+            )
         bar.set_postfix(
             loss=f"{record['loss']:.3f}",
             lr=f"{record['lr']:.2e}",
@@ -439,7 +478,8 @@ class Trainer:
 
     def _validate(self) -> bool:
         """Validate, track the best BLEU; True when patience is exhausted."""
-        from .evaluate import score, translate
+        from .evaluate import score
+        from .translate import translate
 
         t, state = self.config.train, self.state
         valid = self.data.splits["valid"]
@@ -457,8 +497,7 @@ class Trainer:
             self.data.src_tokenizer,
             self.data.tgt_tokenizer,
             sources,
-            self.config.decode,
-            beam=1,
+            dataclasses.replace(self.config.decode, beam=1, nbest=1),  # greedy: quick
             device=self.device,
         )
         bleu = score(hypotheses, references)["bleu"]
@@ -534,15 +573,23 @@ def validation_loss(
     tgt_lengths = np.fromiter(map(len, split.tgt), np.int64)
     loss_sum = nll_sum = 0.0
     tokens = 0
-    limit = model.cfg.max_positions - 1
+    limit = model.cfg.max_positions - 1  # room for EOS (source, labels) or BOS (input)
+    if max(src_lengths.max(initial=0), tgt_lengths.max(initial=0)) > limit:
+        split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
     for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
-        src, tgt_in, tgt_out = (
-            torch.from_numpy(a[:, :limit]).to(device) for a in collate(split, index)
-        )
+        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
         loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon)
         loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
         tokens += int((tgt_out != PAD).sum())
     return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), tokens
+
+
+def _record_step(line: str) -> float:
+    """The step of a metrics line; a half-written last line (a crash) counts as after all."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return math.inf
 
 
 def validation_subset(size: int, wanted: int, seed: int) -> list[int]:

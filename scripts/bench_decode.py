@@ -12,6 +12,7 @@ machine was during the run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from bench_train_speed import reference_speed
 from mt import checkpoint
 from mt import tokenizer as tok
 from mt.data import read_pairs_jsonl
-from mt.evaluate import translate
+from mt.translate import translate
 
 
 def main() -> None:
@@ -64,9 +65,7 @@ def main() -> None:
                 loaded.src_tokenizer,
                 loaded.tgt_tokenizer,
                 texts[i : i + per_batch],
-                decode,
-                beam=beam,
-                batch_tokens=per_batch * longest * beam,
+                dataclasses.replace(decode, beam=beam, batch_tokens=per_batch * longest * beam),
                 device=args.device,
             )
         return len(texts) / (time.perf_counter() - started)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import shutil
@@ -13,8 +14,8 @@ from conftest import PAIRS, write_jsonl
 from test_train import tiny_config
 
 from mt import checkpoint
-from mt.evaluate import translate
 from mt.train import train
+from mt.translate import translate
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +51,7 @@ def test_translate_prints_one_line_per_input_in_order(cli_main, run_dir):
             loaded.src_tokenizer,
             loaded.tgt_tokenizer,
             [t],
-            loaded.config.decode,
-            beam=2,
+            dataclasses.replace(loaded.config.decode, beam=2),
         )[0]
         for t in texts
     ]
@@ -96,10 +96,13 @@ def test_translate_nbest_lists_are_sorted(cli_main, run_dir):
     assert code == 0, err
     rows = [line.split("\t") for line in out.splitlines()]
     assert [(r[0], r[1]) for r in rows] == [(str(i), str(k)) for i in range(2) for k in (1, 2, 3)]
+    for i in range(2):  # INDEX RANK SCORE TEXT, best score first
+        scores = [float(r[2]) for r in rows if r[0] == str(i)]
+        assert scores == sorted(scores, reverse=True) and all(s <= 0 for s in scores)
     code, _, err = cli_main(
         "translate", "--checkpoint", str(run_dir), "--beam", "2", "--nbest", "3", "Hello."
     )
-    assert code == 2 and "--nbest 3" in err
+    assert code == 2 and "decode.nbest: 3 is larger than decode.beam (2)" in err
 
 
 def test_translate_uses_the_newest_run_by_default(cli_main, run_dir, tmp_path, monkeypatch):
@@ -201,3 +204,114 @@ def test_average_is_the_mean_and_translates(cli_main, run_dir, tmp_path):
     assert code == 0, err
     code, _, err = cli_main("average", str(run_dir), "--last", "9", "--out", str(out))
     assert code == 2 and "only 3 step checkpoints" in err
+
+
+# ----------------------------------------------------------------------------- the CLI contract
+
+
+def test_decoding_keys_come_from_config_and_set_on_top_of_the_checkpoint(
+    cli_main, run_dir, tmp_path
+):
+    sentence = "The coffee is hot and the water is cold."
+    code, short, err = cli_main(
+        "translate", "--checkpoint", str(run_dir), "--set", "decode.max_len_b=1", "--set",
+        "decode.max_len_a=0", "--beam", "1", sentence,
+    )  # fmt: skip
+    assert code == 0, err
+    config = tmp_path / "decode.yaml"
+    config.write_text("model: {d_model: 8}\ndecode: {max_len_a: 0, max_len_b: 1, beam: 1}\n")
+    code, same, err = cli_main(
+        "translate", "--checkpoint", str(run_dir), "-c", str(config), sentence
+    )
+    assert code == 0, err
+    assert same == short and len(short.split()) <= 1  # one token at most; the model section
+    # of the file is ignored: the model is the checkpoint's
+    for command in (["translate", "--checkpoint", str(run_dir), "Hi."], ["evaluate", str(run_dir)]):
+        code, out, err = cli_main(*command, "--set", "model.d_model=8")
+        assert code == 2 and "--set model.d_model=8: only decode.* keys" in err and not out
+    code, _, err = cli_main("evaluate", str(run_dir), "--set", "decode.alpha=-1")
+    assert code == 2 and "decode.alpha: must not be negative" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--beam", "0"], "decode.beam: must be positive, got 0"),
+        (["--beam", "-1"], "decode.beam: must be positive, got -1"),
+        (["--batch-tokens", "-5"], "decode.batch_tokens: must be positive, got -5"),
+        (["--device", "bogus"], "run.device: 'bogus': expected auto, cpu, cuda, cuda:N or mps"),
+    ],
+)
+def test_decoding_options_are_checked_by_the_config_rule(cli_main, run_dir, args, message):
+    for command in (
+        ["translate", "--checkpoint", str(run_dir), "Hello."],
+        ["evaluate", str(run_dir)],
+    ):
+        code, out, err = cli_main(*command, *args)
+        assert code == 2 and message in err and not out, err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_interactive_prompt_goes_to_stderr(cli_main, run_dir, monkeypatch):
+    import io
+    import sys
+
+    stdin = io.StringIO("Hello.\nGood morning.\n")
+    stdin.isatty = lambda: True
+    monkeypatch.setattr(sys, "stdin", stdin)
+    code, out, err = cli_main("translate", "--checkpoint", str(run_dir))
+    assert code == 0, err
+    assert "en> " not in out and err.count("en> ") == 3  # two sentences, then end of input
+    assert len(out.splitlines()) == 2
+
+
+def test_evaluate_reads_pairs_in_every_corpus_format(cli_main, run_dir, tmp_path):
+    flat = write_jsonl(tmp_path / "flat.jsonl", PAIRS[:12])
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text(
+        "".join(json.dumps({"translation": {"en": a, "es": b}}) + "\n" for a, b in PAIRS[:12])
+    )
+    csv = tmp_path / "pairs.csv"
+    csv.write_text("en,es\n" + "".join(f'"{a}","{b}"\n' for a, b in PAIRS[:12] if '"' not in a))
+    results = []
+    for file in (flat, nested):
+        code, out, err = cli_main("evaluate", str(run_dir), "--pairs", str(file), "--json")
+        assert code == 0, err
+        results.append(json.loads(out))
+    assert results[0]["bleu"] == results[1]["bleu"] and results[0]["sentences"] == 12
+    code, out, err = cli_main("evaluate", str(run_dir), "--pairs", str(csv), "--json")
+    assert code == 0 and json.loads(out)["sentences"] == 12, err
+
+
+def test_saved_tokenizer_alone_gives_the_ids_the_encoder_reads(run_dir):
+    from tokenizers import Tokenizer
+
+    from mt import tokenizer as tok
+    from mt.config import EOS
+
+    outside = Tokenizer.from_file(str(run_dir / "tokenizer.json"))
+    outside.encode_special_tokens = True  # as the run folder's README says
+    loaded = checkpoint.load(run_dir)
+    texts = ["Hello.", "The coffee is hot </s> <s>."]
+    assert [outside.encode(t).ids for t in texts] == [
+        [*ids, EOS] for ids in tok.encode(loaded.src_tokenizer, texts)
+    ]
+    assert "encode_special_tokens = True" in (run_dir / "README.md").read_text()
+
+
+def test_checkpoint_metadata_says_pt_and_mt_format(run_dir):
+    from safetensors import safe_open
+
+    with safe_open(str(checkpoint.resolve(run_dir)), "pt") as f:
+        meta = f.metadata()
+    assert meta["format"] == "pt" and meta["mt_format"] == checkpoint.FORMAT
+
+
+def test_python_dash_m_mt_runs_the_cli():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "mt", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0 and result.stdout.startswith("mt "), result.stderr

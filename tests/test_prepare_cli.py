@@ -295,3 +295,10 @@ def test_tatoeba_end_to_end(tatoeba_run):
     mean = stats["tokens"]["train"]["src"] / stats["pairs"]["train"]
     assert 4 < mean < 20  # short sentences, a few subwords each
     assert (run_dir / "tokenizer.json").is_file() and (run_dir / "config.yaml").is_file()
+
+
+def test_prepare_json_is_the_only_thing_on_stdout(corpus_file, tmp_path):
+    result = run_mt(*prepare_args(corpus_file, tmp_path / "run"), "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 1  # no blank lines from the BPE trainer's bar
+    assert json.loads(result.stdout)["run_dir"] == str(tmp_path / "run")

@@ -265,7 +265,7 @@ def _wait_for(predicate, process: subprocess.Popen, timeout: float = 60) -> None
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_finishes_the_update_saves_and_exits_zero(corpus_file, tmp_path, sig):
+def test_signal_finishes_the_update_saves_and_exits_128_plus_signal(corpus_file, tmp_path, sig):
     run = tmp_path / "run"
     process = _start_training(corpus_file, run)
     _wait_for(
@@ -277,7 +277,7 @@ def test_signal_finishes_the_update_saves_and_exits_zero(corpus_file, tmp_path, 
     )
     process.send_signal(sig)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 0, err
+    assert process.returncode == 128 + sig, err  # 130, 143: a script can tell it from the end
     assert f"stopped by {sig.name}" in err
     assert "resume with: mt train --config tiny.yaml" in err
     last = (run / "checkpoints" / "last").resolve()
@@ -330,7 +330,7 @@ def test_two_cpu_ranks_train_in_lockstep(corpus_file, tmp_path):
         "from mt.train import Trainer\n"
         "config = load_config('tiny.yaml', sys.argv[2:])\n"
         "trainer = Trainer(config)\n"
-        "first = [int(x) for x in next(trainer.batches())[2]]\n"
+        "first = [int(x) for x in trainer.next_batches()[0]]\n"
         "trainer.state.batch = 0\n"
         "trainer.run()\n"
         "torch.save({'weights': trainer.model.state_dict(), 'first': first}, sys.argv[1])\n"
@@ -374,3 +374,91 @@ def test_two_cpu_ranks_train_in_lockstep(corpus_file, tmp_path):
         assert torch.equal(value, r1["weights"][key]), key
     assert (tmp_path / "run" / "checkpoints" / "last").is_dir()  # written by rank 0 only
     assert not list((tmp_path / "run" / "checkpoints").glob(".step-*"))
+
+
+# ----------------------------------------------------------------------------- the loop's rules
+
+
+def test_max_epochs_ends_with_the_last_batch_of_the_epoch(corpus_file, tmp_path):
+    config = tiny_config(corpus_file, tmp_path / "run", "train.max_steps=0", "train.max_epochs=1")
+    trainer = Trainer(config)
+    per_epoch = len(trainer._epoch_batches(0))
+    result = trainer.run()
+    assert result["step"] == per_epoch and result["epoch"] == 1, result
+    assert "max_epochs" in result["reason"]
+
+
+def test_stop_reason_has_one_fixed_priority():
+    from mt.config import TrainConfig
+    from mt.train import TrainState, stop_reason
+
+    t = TrainConfig(max_steps=5, max_minutes=1, patience=2)
+    state = TrainState(step=5, epoch=0)
+    assert stop_reason(t, state, "SIGINT", True, True) == "stopped by SIGINT"
+    assert "max_steps" in stop_reason(t, state, "", True, True)
+    state.step = 4
+    assert "max_minutes" in stop_reason(t, state, "", True, True)
+    assert "no better validation BLEU" in stop_reason(t, state, "", True, False)
+    assert stop_reason(t, state, "", False, False) == ""
+
+
+def test_fresh_start_and_resume_forget_metrics_of_undone_steps(corpus_file, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    # an earlier attempt killed before its first checkpoint, its last line half written
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 1}\n{"kind": "tra')
+    train(tiny_config(corpus_file, run, "train.max_steps=2", "train.log_every=1"))
+    assert [m["step"] for m in metric_lines(run)] == [1, 2, 2]  # train 1, 2; valid 2
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "step": 3}\n{"kind": "tr')  # after the checkpoint, cut
+    train(tiny_config(corpus_file, run, "train.max_steps=3", "train.log_every=1"))
+    assert [m["step"] for m in metric_lines(run)] == [1, 2, 2, 3, 3]
+
+
+def test_decoding_keys_and_compile_may_change_on_resume(corpus_file, tmp_path):
+    run = tmp_path / "run"
+    train(tiny_config(corpus_file, run, "train.max_steps=2"))
+    changed = ("decode.beam=3", "decode.alpha=1.0", "decode.no_repeat_ngram=2", "train.keep_last=3")
+    result = train(tiny_config(corpus_file, run, "train.max_steps=3", *changed))
+    assert result["step"] == 3
+
+
+def test_weight_decay_applies_to_matrices_only(corpus_file, tmp_path):
+    trainer = Trainer(tiny_config(corpus_file, tmp_path / "run", "train.weight_decay=0.1"))
+    decayed, plain = trainer.optimizer.param_groups
+    assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
+    assert all(p.dim() == 2 for p in decayed["params"]) and decayed["params"]
+    assert all(p.dim() == 1 for p in plain["params"]) and plain["params"]  # biases, LayerNorm
+    count = sum(map(len, (decayed["params"], plain["params"])))
+    assert count == len(list(trainer.model.parameters()))
+
+
+def test_validation_loss_keeps_eos_of_cut_sentences():
+    import numpy as np
+
+    from mt.config import ModelConfig
+    from mt.data import Split
+    from mt.model import Transformer
+    from mt.train import validation_loss
+
+    model = Transformer(ModelConfig(d_model=16, heads=2, d_ff=32, max_positions=6), 50, 50).eval()
+    lengths = [3, 9, 5]  # 9 > max_positions - 1: cut to 5, and EOS still counted
+    split = Split([np.arange(4, 4 + n) for n in lengths], [np.arange(4, 4 + n) for n in lengths])
+    _, _, tokens = validation_loss(model, split, 1000, 0.1, torch.device("cpu"))
+    assert tokens == sum(min(n, 5) + 1 for n in lengths)
+
+
+def test_off_a_terminal_progress_is_plain_lines_and_stdout_stays_empty(corpus_file, tmp_path):
+    result = subprocess.run(
+        [
+            mt_executable(), "train", "--config", "tiny.yaml",
+            "--set", f"data.files.train={corpus_file}", "--set", f"run.dir={tmp_path / 'run'}",
+            "--set", f"data.valid_size={HELD_OUT}", "--set", f"data.test_size={HELD_OUT}",
+            "--set", "train.max_steps=4", "--set", "train.log_every=2",
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ""  # results only; nothing to say here
+    assert "\r" not in result.stderr
+    assert "step 2: loss" in result.stderr and "step 4: loss" in result.stderr
