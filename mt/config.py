@@ -89,18 +89,22 @@ class ModelConfig:
 class TrainConfig:
     max_tokens: int = 4096  # padded tokens per batch (per device), source or target
     accum_steps: int = 1  # batches per optimiser update
-    # noam: the paper; inverse_sqrt: the same shape with an explicit peak `lr`; cosine: warm-up
-    # to `lr`, then a half cosine to 0 at max_steps, for runs whose length is known in advance
-    schedule: Literal["noam", "inverse_sqrt", "cosine"] = "noam"
+    # noam: the paper; inverse_sqrt: the same shape with an explicit peak `lr`; cosine, linear:
+    # warm-up to `lr`, then a decay to `min_lr` at the horizon: max_steps when set, else the
+    # updates that fit in max_minutes on this machine (measured and re-estimated as it runs)
+    schedule: Literal["noam", "inverse_sqrt", "cosine", "linear"] = "noam"
     lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)
-    lr: float = 5e-4  # inverse_sqrt, cosine: peak rate reached after warmup_steps
-    warmup_steps: int = 4000
+    lr: float = 5e-4  # inverse_sqrt, cosine, linear: peak rate reached after the warm-up
+    min_lr: float = 0.0  # floor: cosine and linear end here; the others never go below it
+    warmup_steps: int = 4000  # updates of linear warm-up (at most half a decaying horizon)
+    warmup_fraction: float = 0.0  # if > 0: warm-up as this fraction of the horizon instead
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # clip the gradient norm to this; 0 disables
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay; 0 is the paper's Adam
-    max_steps: int = resumable(100000)  # optimiser updates; 0 means no limit
+    max_steps: int = resumable(0)  # optimiser updates; 0: no step limit (the budget decides)
     max_epochs: int = resumable(0)  # 0 means no limit
-    max_minutes: float = resumable(0.0)  # wall-clock budget; 0 means no limit
+    # wall-clock budget of training, validation and saves across every resume; 0: no limit
+    max_minutes: float = resumable(0.0)
     patience: int = resumable(
         0
     )  # stop after this many validations without a better BLEU; 0 disables
@@ -312,18 +316,23 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         "decode.no_repeat_ngram": d.no_repeat_ngram,
         "train.lr_scale": t.lr_scale,
         "train.lr": t.lr,
+        "train.min_lr": t.min_lr,
     }
     for key, value in non_negative.items():
         if value < 0:
             fail(key, f"must not be negative, got {value}")
     if d.nbest > d.beam:
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
-    if t.schedule == "cosine" and t.max_steps <= t.warmup_steps:
+    if t.schedule in ("cosine", "linear") and not (t.max_steps or t.max_minutes):
         fail(
-            "train.max_steps",
-            f"the cosine schedule decays to 0 at max_steps, which must be "
-            f"larger than train.warmup_steps ({t.warmup_steps}); got {t.max_steps}",
+            "train.schedule",
+            f"{t.schedule} decays to train.min_lr at a horizon: set train.max_minutes (the "
+            "horizon is then what fits in it) or train.max_steps",
         )
+    if not 0.0 <= t.warmup_fraction <= 0.5:
+        fail("train.warmup_fraction", f"must be in [0, 0.5], got {t.warmup_fraction}")
+    if t.min_lr > t.lr:
+        fail("train.min_lr", f"{t.min_lr} is above the peak train.lr ({t.lr})")
     if config.data.max_ratio < 1.0:
         fail("data.max_ratio", f"must be at least 1, got {config.data.max_ratio}")
     if config.data.src_lang == config.data.tgt_lang:
@@ -335,10 +344,15 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
             for file in getattr(config.data.files, split) or []:
                 if not Path(file).is_file():
                     fail(f"data.files.{split}", f"no such file: {file}")
-    if t.max_steps == 0 and t.max_epochs == 0 and t.max_minutes == 0 and t.patience == 0:
-        fail(
-            "train.max_steps",
-            "training would never stop: set max_steps, max_epochs, max_minutes or patience",
+
+
+def check_training_stops(config: Config, origin: str) -> None:
+    """Training needs a limit; preparing data or decoding does not, so this is not `validate`."""
+    t = config.train
+    if not (t.max_steps or t.max_epochs or t.max_minutes or t.patience):
+        raise ConfigError(
+            f"{origin}: train.max_steps: training would never stop: set train.max_minutes "
+            "(a wall-clock budget), max_steps, max_epochs or patience"
         )
 
 
@@ -350,7 +364,7 @@ def resumable_keys(config: Config) -> set[str]:
         for f in dataclasses.fields(getattr(config, section.name))
         if f.metadata.get("resumable")
     }
-    if config.train.schedule == "cosine":  # its rate depends on max_steps
+    if config.train.schedule in ("cosine", "linear"):  # max_steps is their horizon
         keys.discard("train.max_steps")
     return keys
 

@@ -101,6 +101,11 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     bleu.margins(y=0.15)  # room for the best score's label
 
     lr.plot(*xy(train, "lr"), color="tab:purple")
+    fits = [r for r in records if r.get("kind") == "horizon"]
+    if fits:  # the horizon fitted to the time budget, as last estimated
+        budget = _duration(fits[-1]["budget_s"])
+        lr.axvline(fits[-1]["horizon"], ls=":", color="tab:red", label=f"fits in {budget}")
+        lr.legend()
     lr.set(title="Learning rate", ylabel="learning rate", xlabel="updates")
     lr.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
 
@@ -110,7 +115,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
     for ax in (loss, bleu, lr, speed):
         ax.grid(alpha=0.3)
-    _time_axis([loss, bleu], records)
+    _time_axis([loss, bleu, lr], records)  # the rate against wall-clock time too
 
     last = max(records, key=lambda r: r.get("step", 0))
     title = f"{run_dir.resolve().name}: {last.get('step', 0):,} updates"

@@ -14,8 +14,10 @@ import json
 import math
 import os
 import signal
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +29,13 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import checkpoint
-from .config import Config, TrainConfig, diff_configs, resumable_keys
+from .config import Config, TrainConfig, check_training_stops, diff_configs, resumable_keys
 from .data import Split, collate, prepare, token_batches
 from .device import pick_device, precision_for
 from .errors import ConfigError, MtError
 from .files import atomic_write_text, remove
 from .model import PAD, Transformer
+from .schedule import DECAYING, fit_horizon, learning_rate, time_fitted, warmup_updates
 
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before training gives up
 
@@ -47,6 +50,13 @@ class TrainState:
     best_bleu: float = -1.0
     bad_evals: int = 0  # validations since the best one
     elapsed: float = 0.0  # training seconds over all sessions of this run
+    # The schedule's horizon (0: not known yet) and the costs measured to fit it to the
+    # budget: decisions of the clock, saved so that a resume keeps them.
+    horizon: int = 0
+    update_times: list[float] = field(default_factory=list)  # seconds of the latest updates
+    validate_s: float = 0.0  # seconds the last validation took
+    save_s: float = 0.0  # seconds the last save took
+    fitted_at: float = 0.0  # `elapsed` when the horizon was last fitted
     target_tokens: int = 0
     rng: dict[str, Any] = field(default_factory=dict)
 
@@ -54,17 +64,6 @@ class TrainState:
 def say(message: str) -> None:
     """A line for the person watching, on stderr, without breaking the progress bar."""
     tqdm.write(message, file=sys.stderr)
-
-
-def learning_rate(step: int, cfg: Config) -> float:
-    """The rate for update `step` (1-based): linear warm-up, then the schedule's decay."""
-    t, step = cfg.train, max(step, 1)
-    if t.schedule == "noam":  # the paper, eq. 3
-        return t.lr_scale * cfg.model.d_model**-0.5 * min(step**-0.5, step * t.warmup_steps**-1.5)
-    if step <= t.warmup_steps or t.schedule == "inverse_sqrt":
-        return t.lr * min(step / t.warmup_steps, (t.warmup_steps / step) ** 0.5)
-    progress = min((step - t.warmup_steps) / (t.max_steps - t.warmup_steps), 1.0)  # cosine
-    return t.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
@@ -137,6 +136,8 @@ def stop_reason(
         return f"reached train.max_steps ({t.max_steps})"
     if t.max_epochs and state.epoch >= t.max_epochs:
         return f"reached train.max_epochs ({t.max_epochs})"
+    if time_fitted(t) and state.horizon and state.step >= state.horizon:
+        return f"reached the {state.horizon} updates that fit in {t.max_minutes:g} minutes"
     if out_of_time:
         return f"reached train.max_minutes ({t.max_minutes:g})"
     if patience_out:
@@ -162,8 +163,15 @@ def build_optimizer(model: torch.nn.Module, t: TrainConfig, device: torch.device
 
 
 class Trainer:
-    def __init__(self, config: Config, restart: bool = False, resume_hint: str = "") -> None:
-        self.config, self.resume_hint = config, resume_hint
+    def __init__(
+        self,
+        config: Config,
+        restart: bool = False,
+        resume_hint: str = "",
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        check_training_stops(config, "mt train")
+        self.config, self.resume_hint, self.clock = config, resume_hint, clock
         self.run_dir = Path(config.run.dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -186,6 +194,21 @@ class Trainer:
             self._load(resume)
         elif self.main:  # a run started over: metrics of an earlier attempt are not its own
             self._truncate_metrics(0)
+        t = config.train
+        if t.schedule in DECAYING and t.max_steps:
+            self.state.horizon = t.max_steps
+        if t.max_minutes and self.state.elapsed >= t.max_minutes * 60:
+            raise ConfigError(
+                f"train.max_minutes: {t.max_minutes:g} is spent: this run has trained "
+                f"{self.state.elapsed / 60:.1f} minutes; give a larger budget to go on"
+            )
+        state = self.state
+        if time_fitted(t) and state.horizon and state.step >= state.horizon:  # budget extended
+            update_s = statistics.median(state.update_times)
+            state.horizon = fit_horizon(
+                t, state.step, state.elapsed, update_s, state.validate_s, state.save_s
+            )
+            say(f"train.max_minutes grew to {t.max_minutes:g}: about {state.horizon} updates")
         self.net = self._wrap(self.model)
 
     # ------------------------------------------------------------------ set-up
@@ -325,7 +348,7 @@ class Trainer:
     def _loop(self, stop: StopSignal) -> str:
         t, state = self.config.train, self.state
         bar = tqdm(
-            total=t.max_steps or None,
+            total=state.horizon or t.max_steps or None,
             initial=state.step,
             unit="step",
             desc="train",
@@ -333,26 +356,24 @@ class Trainer:
             dynamic_ncols=True,
         )
         window = dict.fromkeys(("loss", "nll", "tokens", "padded", "cells", "seconds"), 0.0)
-        session_start, elapsed_before = time.perf_counter(), state.elapsed
+        pace = Pace(self, self.clock())
         bad_updates, validated_at, patience_out = 0, -1, False
         reason = stop_reason(t, state, "", False, False)
         while not reason:
-            started = time.perf_counter()
             loss, nll, tokens, padded, cells = self._update(self.next_batches())
-            state.elapsed = elapsed_before + time.perf_counter() - session_start
+            seconds = pace.updated()
             if math.isfinite(loss):
                 bad_updates = 0
                 state.step += 1
                 state.target_tokens += tokens
-                for key, value in zip(window, (loss, nll, tokens, padded, cells)):
+                for key, value in zip(window, (loss, nll, tokens, padded, cells, seconds)):
                     window[key] += value
-                window["seconds"] += time.perf_counter() - started
                 bar.update(1)
                 if state.step % t.log_every == 0:
                     self._log_train(window, bar)
                     window = dict.fromkeys(window, 0.0)
                 if state.step % t.eval_every == 0:
-                    validated_at, patience_out = state.step, self._validate()
+                    validated_at, patience_out = state.step, pace.timed("validate", self._validate)
             else:
                 bad_updates += 1
                 say(f"warning: non-finite loss at step {state.step + 1}; update skipped")
@@ -362,20 +383,50 @@ class Trainer:
                         f"the last good checkpoint is {self.ckpt_dir / 'last'}; "
                         "lower the learning rate or set train.clip_norm"
                     )
-            signalled, out_of_time = self._agree(
+            # with a fitted horizon the fit keeps the reserve for the final validation and save,
+            # and the clock is only a backstop; otherwise it must keep that reserve itself
+            reserve = 0.0 if time_fitted(t) else state.validate_s + state.save_s
+            budget_left = t.max_minutes * 60 - state.elapsed - reserve
+            signalled, out_of_time, horizon = self._agree(
                 [
                     float(stop.caught is not None),
-                    float(bool(t.max_minutes) and state.elapsed > t.max_minutes * 60),
+                    float(bool(t.max_minutes) and budget_left <= 0),
+                    float(pace.horizon() if self.main else 0),  # rank 0 decides, all follow
                 ]
             )
+            if horizon and int(horizon) != state.horizon:
+                self._new_horizon(int(horizon), bar)
             caught = (stop.caught or "a signal on another rank") if signalled else ""
             reason = stop_reason(t, state, caught, patience_out, bool(out_of_time))
             if reason and not caught and validated_at != state.step:
-                self._validate()  # the final model is validated, except when asked to hurry
+                pace.timed("validate", self._validate)  # the final model is validated, unless
+                # the person asked to stop now
             if reason or state.step % t.save_every == 0:
-                self._save()
+                pace.timed("save", self._save)
         bar.close()
         return reason
+
+    def _new_horizon(self, horizon: int, bar: tqdm) -> None:
+        t, state = self.config.train, self.state
+        if not state.horizon and not t.warmup_fraction and t.warmup_steps > horizon // 2:
+            say(
+                f"warning: about {horizon} updates fit in train.max_minutes "
+                f"({t.max_minutes:g}); warm-up shortened from {t.warmup_steps} to "
+                f"{warmup_updates(t, horizon)} updates, half of them"
+            )
+        state.horizon = bar.total = horizon
+        self._log(
+            {
+                "kind": "horizon",
+                "step": state.step,
+                "horizon": horizon,
+                "update_s": statistics.median(state.update_times),
+                "validate_s": state.validate_s,
+                "save_s": state.save_s,
+                "elapsed_s": state.elapsed,
+                "budget_s": t.max_minutes * 60,
+            }
+        )
 
     def _update(self, group) -> tuple[float, float, int, int, int]:
         """One optimiser update over `group` batches; losses normalised by target tokens."""
@@ -408,7 +459,7 @@ class Trainer:
         if not math.isfinite(loss_sum):
             self.optimizer.zero_grad(set_to_none=True)
             return loss_sum, nll_sum, tokens, 0, 0
-        lr = learning_rate(self.state.step + 1, self.config)
+        lr = learning_rate(self.state.step + 1, self.config, self.state.horizon)
         for group_ in self.optimizer.param_groups:
             group_["lr"] = lr
         self.scaler.unscale_(self.optimizer)
@@ -455,24 +506,30 @@ class Trainer:
             "loss": window["loss"] / steps,
             "nll": window["nll"] / steps,
             "ppl": math.exp(min(window["nll"] / steps, 50)),
-            "lr": learning_rate(self.state.step, self.config),
+            "lr": learning_rate(self.state.step, self.config, self.state.horizon),
             "tokens_per_s": tokens / max(window["seconds"], 1e-9),
             "padding": window["padded"] / max(window["cells"], 1),
             "elapsed_s": self.state.elapsed,
         }
         self._log(record)
         if bar.disable and self.main:  # no bar off a terminal: a plain line now and then
+            of = f"/{self.state.horizon}" if self.state.horizon else ""
             say(
-                f"step {record['step']}: loss {record['loss']:.3f}, lr {record['lr']:.2e}, "
-                f"{record['tokens_per_s']:,.0f} target tokens/s, "
-                f"{record['elapsed_s'] / 60:.1f} min"
+                f"step {record['step']}{of}: loss {record['loss']:.3f}, lr {record['lr']:.2e}, "
+                f"{record['tokens_per_s']:,.0f} target tokens/s, {self._minutes()}"
             )
         bar.set_postfix(
             loss=f"{record['loss']:.3f}",
             lr=f"{record['lr']:.2e}",
             tok_s=f"{record['tokens_per_s']:,.0f}",
+            time=self._minutes(),
             refresh=False,
         )
+
+    def _minutes(self) -> str:
+        """Training time so far, and of the budget."""
+        budget = self.config.train.max_minutes
+        return f"{self.state.elapsed / 60:.1f}" + (f"/{budget:g} min" if budget else " min")
 
     # ------------------------------------------------------------------ validation
 
@@ -562,6 +619,54 @@ class Trainer:
         checkpoint.point(self.ckpt_dir, "last", path)
         checkpoint.prune(self.ckpt_dir, self.config.train.keep_last)
         return path
+
+
+class Pace:
+    """The clock of a training session: counts training time into `state.elapsed` across
+    sessions, measures what updates, validations and saves cost, and from that refits the
+    horizon of a schedule that ends with the budget. What it measured is kept in the state,
+    so a resumed run decides as the uninterrupted one would on the same clock readings."""
+
+    WINDOW = 49  # latest updates whose median is the cost of one: robust to a slow first one
+
+    def __init__(self, trainer: Trainer, now: float) -> None:
+        self.trainer, self.state, self.t = trainer, trainer.state, trainer.config.train
+        self.last = now
+        self.updates = 0  # in this session
+
+    def _tick(self) -> float:
+        """Seconds since the last reading, added to the run's training time."""
+        now = self.trainer.clock()
+        seconds, self.last = now - self.last, now
+        self.state.elapsed += seconds
+        return seconds
+
+    def updated(self) -> float:
+        seconds = self._tick()
+        self.updates += 1
+        self.state.update_times = [*self.state.update_times[1 - self.WINDOW :], seconds]
+        return seconds
+
+    def timed(self, what: str, work: Callable[[], Any]) -> Any:
+        """Run a validation or a save, and keep its cost as `state.<what>_s`."""
+        self._tick()
+        result = work()
+        setattr(self.state, f"{what}_s", self._tick())
+        return result
+
+    def horizon(self) -> int:
+        """A new horizon estimate when one is due (0: keep the current one): after updates
+        1, 2, 4, ... 64, then every hundredth of the budget."""
+        s, t = self.state, self.t
+        if not time_fitted(t) or (s.horizon and s.step >= s.horizon and self.updates > 1):
+            return 0  # the last update ran at the floor: done (a resume may extend the budget)
+        early = s.step & (s.step - 1) == 0 and s.step <= 64
+        if not (early or s.elapsed - s.fitted_at >= t.max_minutes * 60 / 100):
+            return 0
+        s.fitted_at = s.elapsed
+        update_s = statistics.median(s.update_times)
+        fitted = fit_horizon(t, s.step, s.elapsed, update_s, s.validate_s, s.save_s)
+        return max(fitted, s.step + 1)  # the update that ends the run runs at the floor
 
 
 @torch.no_grad()

@@ -201,7 +201,6 @@ def test_bad_override_is_one_line_naming_the_key(override: str, expected: list[s
         ("model:\n  dropout: 1.0\n", ["model.dropout", "[0, 1)"]),
         ("model:\n  dropout: -0.1\n", ["model.dropout", "[0, 1)"]),
         ("tokenizer:\n  vocab_size: 100\n", ["tokenizer.vocab_size", "256 byte symbols"]),
-        ("train:\n  max_steps: 0\n", ["train.max_steps", "never stop"]),
         ("model: 3\n", ["model: expected a mapping, got int 3"]),
         ("data:\n  source: disk\n", ["data.source", "must be one of hub, files"]),
         ("data:\n  source: files\n", ["data.files.train", "required"]),

@@ -117,3 +117,16 @@ def test_token_labels_are_readable(run_dir):
     assert labels[0].startswith("▁")  # a leading space is marked
     assert "\\xf0" in "".join(labels)  # a bare byte of the emoji is shown as hex
     assert labels[-1] == "</s>"
+
+
+@needs_matplotlib
+def test_plot_marks_the_horizon_of_a_budget_run(tmp_path, cli_main):
+    import json
+
+    rows = [{"kind": "train", "step": s, "lr": 1e-3 * (1 - s / 40), "loss": 5.0,
+             "tokens_per_s": 100.0, "elapsed_s": 1.5 * s} for s in range(1, 41)]  # fmt: skip
+    rows.insert(3, {"kind": "horizon", "step": 3, "horizon": 40, "budget_s": 60.0})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = cli_main("plot", str(tmp_path))
+    assert code == 0, err
+    assert png_size(tmp_path / "training.png")[0] > 0

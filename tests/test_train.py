@@ -22,7 +22,8 @@ from mt import checkpoint
 from mt.config import Config, load_config
 from mt.errors import ConfigError, MtError
 from mt.model import PAD
-from mt.train import Trainer, learning_rate, smoothed_loss, train
+from mt.schedule import learning_rate
+from mt.train import Trainer, smoothed_loss, train
 
 
 def tiny_config(corpus: Path, run_dir: Path, *overrides: str) -> Config:
@@ -98,11 +99,11 @@ def test_cosine_schedule_warms_up_then_decays_to_zero_at_max_steps():
         1e-3,
         1100,
     )
-    assert learning_rate(50, cfg) == pytest.approx(5e-4)
-    assert learning_rate(100, cfg) == pytest.approx(1e-3)
-    assert learning_rate(600, cfg) == pytest.approx(5e-4)
-    assert learning_rate(1100, cfg) == pytest.approx(0.0, abs=1e-12)
-    rates = [learning_rate(s, cfg) for s in range(100, 1101)]
+    assert learning_rate(50, cfg, 1100) == pytest.approx(5e-4)
+    assert learning_rate(100, cfg, 1100) == pytest.approx(1e-3)
+    assert learning_rate(600, cfg, 1100) == pytest.approx(5e-4)
+    assert learning_rate(1100, cfg, 1100) == pytest.approx(0.0, abs=1e-12)
+    rates = [learning_rate(s, cfg, 1100) for s in range(100, 1101)]
     assert all(a >= b for a, b in itertools.pairwise(rates))
 
 
@@ -462,3 +463,9 @@ def test_off_a_terminal_progress_is_plain_lines_and_stdout_stays_empty(corpus_fi
     assert result.stdout == ""  # results only; nothing to say here
     assert "\r" not in result.stderr
     assert "step 2: loss" in result.stderr and "step 4: loss" in result.stderr
+
+
+def test_training_without_any_limit_is_refused_before_anything_is_written(corpus_file, tmp_path):
+    with pytest.raises(ConfigError, match=r"train.max_steps: training would never stop"):
+        Trainer(tiny_config(corpus_file, tmp_path / "run", "train.max_steps=0"))
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,67 @@
+"""The learning-rate schedule, and its horizon fitted to a wall-clock budget.
+
+A decaying schedule (cosine or linear) warms up, then decays from `train.lr` to
+`train.min_lr` at the horizon: `train.max_steps` when it is set, else the number of updates
+that fit in `train.max_minutes` on the machine at hand. That number is re-estimated as the
+run goes, from the measured cost of an update, a validation and a save, so that the last
+update runs at the floor and the final validation and save end inside the budget, on a fast
+machine or a slow one.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .config import Config, TrainConfig
+
+DECAYING = ("cosine", "linear")
+
+
+def time_fitted(t: TrainConfig) -> bool:
+    """True when the horizon is the time budget rather than a step count."""
+    return t.schedule in DECAYING and not t.max_steps and t.max_minutes > 0
+
+
+def warmup_updates(t: TrainConfig, horizon: int) -> int:
+    """Warm-up length: `warmup_fraction` of the horizon, or `warmup_steps` but at most half
+    the horizon, so that a short budget still decays; 0 while a fraction has no horizon."""
+    if t.warmup_fraction:
+        return max(1, round(t.warmup_fraction * horizon)) if horizon else 0
+    return max(1, min(t.warmup_steps, horizon // 2)) if horizon else t.warmup_steps
+
+
+def learning_rate(step: int, cfg: Config, horizon: int = 0) -> float:
+    """The rate for update `step` (1-based): linear warm-up, then the schedule's decay, which
+    for cosine and linear reaches `min_lr` at update `horizon` (0: not known yet)."""
+    t, step = cfg.train, max(step, 1)
+    if t.schedule == "noam":  # the paper, eq. 3
+        rate = t.lr_scale * cfg.model.d_model**-0.5 * min(step**-0.5, step * t.warmup_steps**-1.5)
+        return max(rate, t.min_lr)
+    warmup = warmup_updates(t, horizon)
+    if not warmup:  # the first update of a run whose horizon is not measured yet
+        return 0.0
+    if step <= warmup:
+        return t.lr * step / warmup
+    if t.schedule == "inverse_sqrt":
+        return max(t.lr * (warmup / step) ** 0.5, t.min_lr)
+    if not horizon:  # decaying, horizon unknown: only during the first updates of a run
+        return t.lr
+    progress = min((step - warmup) / max(horizon - warmup, 1), 1.0)
+    shape = 0.5 * (1.0 + math.cos(math.pi * progress)) if t.schedule == "cosine" else 1 - progress
+    return t.min_lr + (t.lr - t.min_lr) * shape
+
+
+def fit_horizon(
+    t: TrainConfig,
+    step: int,
+    elapsed: float,
+    update_s: float,
+    validate_s: float,
+    save_s: float,
+) -> int:
+    """The last update that fits in the budget, from `step` updates done in `elapsed`
+    seconds: each update to come costs `update_s` plus its share of the periodic validations
+    and saves, and the final validation and save must end inside the budget too."""
+    left = t.max_minutes * 60 - elapsed - validate_s - save_s
+    per_update = update_s + validate_s / t.eval_every + save_s / t.save_every
+    return max(step + math.floor(left / max(per_update, 1e-9)), step, 1)
