@@ -5,7 +5,11 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
 
   prepare  `mt prepare --rebuild` on the Tatoeba files: wall time and the data summary
   speed    ours vs torch.nn.Transformer, training tokens/s on identical batches (one process)
-  recipe   the 20-minute CPU recipe (configs/tatoeba_cpu.yaml) trained from scratch
+  recipe   the 20-minute CPU recipe (configs/tatoeba_cpu.yaml) trained from scratch: the
+           budget is its horizon, fitted on this machine as it runs
+  fitted   the same recipe with its horizon fitted by hand: train.max_steps = the updates the
+           recipe made, no time limit; test BLEU of both, side by side
+  budget   BLEU against budget: the recipe with 5, 10 and 40 minutes (20 is `recipe`)
   quality  BLEU/chrF, greedy and beam 5, Tatoeba test and FLORES-200 devtest, peak memory
   decode   decoding speed, batched vs one sentence at a time, greedy and beam 5
 
@@ -26,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from bench_train_speed import REFERENCE_THEN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,37 +110,94 @@ def matmul_gflops() -> float:
     return 30 * 2 * 2048 * 1024 * 1024 / (time.perf_counter() - started) / 1e9
 
 
-def step_recipe(data: Path, results: dict, minutes: float) -> None:
-    RUN.parent.mkdir(parents=True, exist_ok=True)
-    args = [
-        MT,
-        "train",
-        "--config",
-        "tatoeba_cpu.yaml",
-        *data_overrides(data),
-        "--set",
-        f"run.dir={RUN}",
-        "--set",
-        f"train.max_minutes={minutes}",
-        "--restart",
-    ]
-    _, peak = run(args, log=RUN.parent / "train.log")
-    metrics = [json.loads(line) for line in (RUN / "metrics.jsonl").read_text().splitlines()]
+def train_recipe(data: Path, run_dir: Path, *overrides: str) -> dict:
+    """Train the CPU recipe into `run_dir` from scratch; what it did and what it scores."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    common = [*data_overrides(data), "--set", f"run.dir={run_dir}"]
+    run([MT, "prepare", "--config", "tatoeba_cpu.yaml", *common])  # not part of the budget
+    args = [MT, "train", "--config", "tatoeba_cpu.yaml", *common, *overrides, "--restart"]
+    started = time.perf_counter()
+    _, peak = run(args, log=run_dir.parent / f"{run_dir.name}.log")
+    wall = time.perf_counter() - started
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [m for m in metrics if m["kind"] == "train"]
-    results["recipe"] = {
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())["train"]
+    test, _ = run([MT, "evaluate", str(run_dir), "--pairs",
+                   str(data / "tatoeba_en_es.test.jsonl.gz"), "--beam", "5", "--json"])  # fmt: skip
+    return {
         "command": shlex.join(["mt", *args[1:]])
         .replace(str(data), "$DATA")
         .replace(str(ROOT) + "/", ""),
+        "wall_s": wall,
+        "train_s": max(m["elapsed_s"] for m in metrics),
+        "budget_s": config["max_minutes"] * 60,
         "peak_gib": peak,
         "valid": [
             {k: m[k] for k in ("step", "elapsed_s", "bleu", "loss")}
             for m in metrics
             if m["kind"] == "valid"
         ],
+        "horizons": [(m["step"], m["horizon"]) for m in metrics if m["kind"] == "horizon"],
         "steps": max((m["step"] for m in metrics), default=0),
+        "last_lr": train[-1]["lr"] if train else None,
+        "min_lr": config["min_lr"],
         "tokens_per_s": sum(m["tokens_per_s"] for m in train[1:]) / max(len(train) - 1, 1),
         "padding": sum(m["padding"] for m in train) / max(len(train), 1),
+        "test_bleu5": last_json(test)["bleu"],
     }
+
+
+def step_recipe(data: Path, results: dict, minutes: float) -> None:
+    # log a line an update: the last update's rate is then in the metrics
+    results["recipe"] = train_recipe(
+        data, RUN, "--set", f"train.max_minutes={minutes}", "--set", "train.log_every=1"
+    )
+
+
+def step_fitted(data: Path, results: dict) -> None:
+    steps = results["recipe"]["steps"]
+    results["fitted"] = train_recipe(
+        data, RUN.parent / "fitted", "--set", f"train.max_steps={steps}",
+        "--set", "train.max_minutes=0", "--set", "train.log_every=1",
+    )  # fmt: skip
+
+
+def step_budget(data: Path, results: dict) -> None:
+    budget = results.setdefault("budget", {})
+    for minutes in (5, 10, 40):
+        budget[str(minutes)] = train_recipe(
+            data, RUN.parent / f"budget-{minutes}", "--set", f"train.max_minutes={minutes}",
+            "--set", "train.log_every=1",
+        )  # fmt: skip
+        RESULTS.write_text(json.dumps(results, indent=2))
+
+
+def plot_budget(results: dict) -> Path | None:
+    """docs/budget.png: Tatoeba test BLEU against the training budget."""
+    runs = budget_runs(results)
+    if len(runs) < 2:
+        return None
+    from mt.plot import _figure, _save
+
+    fig = _figure(figsize=(6, 4), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    minutes = [r["budget_s"] / 60 for r in runs]
+    ax.plot(minutes, [r["test_bleu5"] for r in runs], "o-", color="tab:green")
+    for m, r in zip(minutes, runs):
+        ax.annotate(f"{r['test_bleu5']:.1f}", (m, r["test_bleu5"]), xytext=(4, -12),
+                    textcoords="offset points")  # fmt: skip
+    ax.set(xscale="log", xticks=minutes, xticklabels=[f"{m:g}" for m in minutes],
+           xlabel="training budget, minutes (train.max_minutes)",
+           ylabel="Tatoeba test BLEU, beam 5", title="What each extra minute buys")  # fmt: skip
+    ax.grid(alpha=0.3)
+    return _save(fig, ROOT / "docs" / "budget.png")
+
+
+def budget_runs(results: dict) -> list[dict]:
+    runs = [*results.get("budget", {}).values()]
+    if "recipe" in results and "test_bleu5" in results["recipe"]:
+        runs.append(results["recipe"])
+    return sorted(runs, key=lambda r: r["budget_s"])
 
 
 def step_quality(data: Path, results: dict) -> None:
@@ -209,10 +271,58 @@ def machine() -> str:
     vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
     import torch
 
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+    present = " ".join(f for f in wanted if f in flags) or "none of " + " ".join(wanted)
     return (
-        f"{cpu} ({vector}), {os.cpu_count()} cores, Linux {platform.release()}, Python "
-        f"{platform.python_version()}, torch {torch.__version__}"
+        f"{cpu} ({vector}; flags: {present}), {os.cpu_count()} cores, Linux "
+        f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__}"
     )
+
+
+def render_budget(results: dict) -> list[str]:
+    lines = []
+    if "fitted" in results and "test_bleu5" in results.get("recipe", {}):
+        auto, hand = results["recipe"], results["fitted"]
+        lines += [
+            "## The budget as the horizon, against a horizon fitted by hand",
+            "",
+            "The recipe as shipped (no step count: the horizon is what fits in 20 minutes, "
+            "measured as it runs) next to the same config with `train.max_steps` set by hand "
+            "to the updates the first one made and no time limit, run right after it on "
+            "the same machine.",
+            "",
+            "| run | updates | training minutes | command minutes | last lr | "
+            "Tatoeba test BLEU, beam 5 |",
+            "|---|---:|---:|---:|---:|---:|",
+            *(
+                f"| {name} | {r['steps']} | {r['train_s'] / 60:.2f} | {r['wall_s'] / 60:.2f} | "
+                f"{r['last_lr']:.2e} | {r['test_bleu5']:.2f} |"
+                for name, r in (("budget = horizon (shipped)", auto), ("fitted by hand", hand))
+            ),
+            "",
+            f"Command of the second: `{hand['command']}`",
+            "",
+        ]
+    runs = budget_runs(results)
+    if len(runs) >= 2:
+        lines += [
+            "## BLEU against budget",
+            "",
+            "The recipe with `--set train.max_minutes=M`, nothing else changed: the schedule "
+            "fits itself to each budget.",
+            "",
+            "| budget, minutes | updates | training minutes | Tatoeba test BLEU, beam 5 |",
+            "|---:|---:|---:|---:|",
+            *(
+                f"| {r['budget_s'] / 60:g} | {r['steps']} | {r['train_s'] / 60:.2f} | "
+                f"{r['test_bleu5']:.2f} |"
+                for r in runs
+            ),
+            "",
+            "![BLEU against budget](budget.png)",
+            "",
+        ]
+    return lines
 
 
 def render(results: dict) -> str:
@@ -268,13 +378,26 @@ def render(results: dict) -> str:
             ]
     if "recipe" in results:
         r = results["recipe"]
+        used = (
+            f" It trained {r['train_s'] / 60:.2f} of its {r['budget_s'] / 60:g} minutes "
+            f"({r['train_s'] / r['budget_s']:.1%}; the command took {r['wall_s'] / 60:.2f} "
+            f"minutes, {r['wall_s'] / r['budget_s']:.1%}, loading the prepared data and the "
+            f"model included), and its last update ran at lr {r['last_lr']:.2e} (floor "
+            f"{r['min_lr']:.0e}). Horizon estimates (update: horizon): "
+            + ", ".join(f"{s}: {h}" for s, h in r["horizons"][:8])
+            + (f", ... {r['horizons'][-1][0]}: {r['horizons'][-1][1]}" if r["horizons"] else "")
+            + "."
+            if "train_s" in r
+            else ""
+        )
         lines += [
             "## The 20-minute CPU recipe on Tatoeba",
             "",
             f"Command: `{r['command']}`",
             "",
             f"{r['steps']} updates, {r['tokens_per_s']:,.0f} target tokens/s on average, "
-            f"padding {r['padding']:.1%} of batch cells, peak memory {r['peak_gib']:.2f} GiB.",
+            f"padding {r['padding']:.1%} of batch cells, peak memory {r['peak_gib']:.2f} GiB."
+            + used,
             "",
             "Validation BLEU (greedy, fixed subset) over time:",
             "",
@@ -286,6 +409,7 @@ def render(results: dict) -> str:
             ),
             "",
         ]
+    lines += render_budget(results)
     if "quality" in results:
         lines += [
             "## Test quality (best checkpoint)",
@@ -424,7 +548,7 @@ def peer_comparison(results: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
-    parser.add_argument("--only", default="prepare,speed,recipe,quality,decode")
+    parser.add_argument("--only", default="prepare,speed,recipe,fitted,quality,decode,budget")
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
     data = args.data.resolve()
@@ -435,6 +559,8 @@ def main() -> None:
         "prepare": lambda: step_prepare(data, results),
         "speed": lambda: step_speed(data, results),
         "recipe": lambda: step_recipe(data, results, args.minutes),
+        "fitted": lambda: step_fitted(data, results),
+        "budget": lambda: step_budget(data, results),
         "quality": lambda: step_quality(data, results),
         "decode": lambda: step_decode(data, results),
     }
@@ -447,6 +573,7 @@ def main() -> None:
         DOC.write_text(render(results))
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(render(results))
+    plot_budget(results)
     print(f"wrote {DOC}", file=sys.stderr)
 
 
