@@ -118,6 +118,10 @@ class StopSignal:
     def _handle(self, signum, frame) -> None:
         self.caught = signal.Signals(signum).name
 
+    @property
+    def number(self) -> int:
+        return signal.Signals[self.caught.split()[0]].value if self.caught else 0
+
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
@@ -356,7 +360,7 @@ class Trainer:
             "step": self.state.step,
             "epoch": self.state.epoch,
             "reason": reason,
-            "signal": stop.caught,
+            "signal": stop.caught and stop.caught.split()[0],  # exit 128 + it on every rank
             "best_bleu": self.state.best_bleu,
         }
 
@@ -402,16 +406,18 @@ class Trainer:
             # and the clock is only a backstop; otherwise it must keep that reserve itself
             reserve = 0.0 if time_fitted(t) else state.validate_s + state.save_s
             budget_left = t.max_minutes * 60 - state.elapsed - reserve
-            signalled, out_of_time, horizon = self._agree(
+            signum, out_of_time, horizon = self._agree(
                 [
-                    float(stop.caught is not None),
+                    float(stop.number),  # any rank's signal stops every rank, as that signal
                     float(bool(t.max_minutes) and budget_left <= 0),
                     float(pace.horizon() if self.main else 0),  # rank 0 decides, all follow
                 ]
             )
             if horizon and int(horizon) != state.horizon:
                 self._new_horizon(int(horizon), bar)
-            caught = (stop.caught or "a signal on another rank") if signalled else ""
+            if signum and not stop.caught:
+                stop.caught = f"{signal.Signals(int(signum)).name} (to another process)"
+            caught = stop.caught or ""
             reason = stop_reason(t, state, caught, patience_out, bool(out_of_time))
             if reason and not caught and validated_at != state.step:
                 pace.timed("validate", self._validate)  # the final model is validated, unless

@@ -187,7 +187,9 @@ def test_sigterm_to_one_rank_then_resume_ends_as_an_uninterrupted_run(corpus_fil
         time.sleep(0.05)
     os.kill(_worker_pid(launcher, 1), signal.SIGTERM)
     _, err = launcher.communicate(timeout=60)
-    assert "stopped by a signal on another rank" in err  # rank 0's words: both stopped
+    assert "stopped by SIGTERM (to another process)" in err  # rank 0's words: both stopped
+    assert "resume with: mt train" in err
+    assert launcher.returncode != 0  # every rank exits 143: torchrun reports the stop
     step = checkpoint.load_trainer_state(stopped / "checkpoints" / "last")["state"]["step"]
     assert step >= 3
     before = _weights(stopped)
