@@ -62,9 +62,19 @@ class Prepared:
 # ---------------------------------------------------------------------------- loading
 
 
+def _datasets() -> Any:
+    """`datasets`, imported only when needed (it is slow to import), quiet off a terminal:
+    its bars redraw with \r, which is noise in a log file."""
+    import datasets
+
+    if not sys.stderr.isatty():
+        datasets.disable_progress_bars()
+    return datasets
+
+
 def load_raw(cfg: DataConfig) -> dict[str, list[Pair]]:
     """The corpus as (source, target) pairs per split that the source provides."""
-    import datasets  # slow to import; only needed when the cache misses
+    datasets = _datasets()
 
     if cfg.source == "hub":
         try:
@@ -86,7 +96,7 @@ def load_raw(cfg: DataConfig) -> dict[str, list[Pair]]:
 
 def _load_files(files: list[str], key: str) -> Any:
     """Read local files with `datasets`' own builders, chosen by extension."""
-    import datasets
+    datasets = _datasets()
 
     kinds = {_file_kind(f) for f in files}
     if None in kinds or len(kinds) > 1:

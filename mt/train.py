@@ -58,7 +58,8 @@ class TrainState:
     save_s: float = 0.0  # seconds the last save took
     fitted_at: float = 0.0  # `elapsed` when the horizon was last fitted
     target_tokens: int = 0
-    rng: dict[str, Any] = field(default_factory=dict)
+    rng: dict[str, Any] = field(default_factory=dict)  # generator states, one per rank
+    world_size: int = 1  # processes that trained the run: an exact resume needs as many
 
 
 def say(message: str) -> None:
@@ -116,6 +117,10 @@ class StopSignal:
 
     def _handle(self, signum, frame) -> None:
         self.caught = signal.Signals(signum).name
+
+    @property
+    def number(self) -> int:
+        return signal.Signals[self.caught.split()[0]].value if self.caught else 0
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self.previous.items():
@@ -214,13 +219,21 @@ class Trainer:
     # ------------------------------------------------------------------ set-up
 
     def _start_processes(self) -> None:
-        """Rank, world size and device of this process; the process group under torchrun."""
+        """Rank, world size and device of this process; the process group under torchrun.
+
+        Each GPU process binds its own device (LOCAL_RANK) before the first collective:
+        otherwise NCCL may create every context on GPU 0, or hang."""
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.main = self.rank == 0
         self.device = pick_device(self.config.run.device, int(os.environ.get("LOCAL_RANK", "0")))
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(self.device)
         if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+            dist.init_process_group(
+                "nccl" if cuda else "gloo", device_id=self.device if cuda else None
+            )
 
     def _prepare_data(self) -> None:
         """Rank 0 builds (or reuses) the cache first; the others then read it."""
@@ -276,9 +289,17 @@ class Trainer:
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scaler.load_state_dict(saved["scaler"])
         self.state = TrainState(**saved["state"])
-        torch.set_rng_state(self.state.rng["cpu"])
-        if torch.cuda.is_available() and "cuda" in self.state.rng:
-            torch.cuda.set_rng_state_all(self.state.rng["cuda"])
+        if self.state.world_size != self.world:  # positions and generators are per rank
+            raise ConfigError(
+                f"{path}: trained by {self.state.world_size} processes but resumed by "
+                f"{self.world}; resume with {self.state.world_size} (torchrun --nnodes x "
+                "--nproc_per_node) or start over with --restart"
+            )
+        if isinstance(self.state.rng["cpu"], torch.Tensor):  # saved by mt 0.1: one process
+            self.state.rng = {key: [value] for key, value in self.state.rng.items()}
+        torch.set_rng_state(self.state.rng["cpu"][self.rank])
+        if self.device.type == "cuda" and "cuda" in self.state.rng:
+            torch.cuda.set_rng_state(self.state.rng["cuda"][self.rank], self.device)
         self._saved_step = self.state.step
         if self.main:
             self._truncate_metrics(self.state.step)
@@ -341,7 +362,7 @@ class Trainer:
             "step": self.state.step,
             "epoch": self.state.epoch,
             "reason": reason,
-            "signal": stop.caught,
+            "signal": stop.caught and stop.caught.split()[0],  # exit 128 + it on every rank
             "best_bleu": self.state.best_bleu,
         }
 
@@ -387,16 +408,18 @@ class Trainer:
             # and the clock is only a backstop; otherwise it must keep that reserve itself
             reserve = 0.0 if time_fitted(t) else state.validate_s + state.save_s
             budget_left = t.max_minutes * 60 - state.elapsed - reserve
-            signalled, out_of_time, horizon = self._agree(
+            signum, out_of_time, horizon = self._agree(
                 [
-                    float(stop.caught is not None),
+                    float(stop.number),  # any rank's signal stops every rank, as that signal
                     float(bool(t.max_minutes) and budget_left <= 0),
                     float(pace.horizon() if self.main else 0),  # rank 0 decides, all follow
                 ]
             )
             if horizon and int(horizon) != state.horizon:
                 self._new_horizon(int(horizon), bar)
-            caught = (stop.caught or "a signal on another rank") if signalled else ""
+            if signum and not stop.caught:
+                stop.caught = f"{signal.Signals(int(signum)).name} (to another process)"
+            caught = stop.caught or ""
             reason = stop_reason(t, state, caught, patience_out, bool(out_of_time))
             if reason and not caught and validated_at != state.step:
                 pace.timed("validate", self._validate)  # the final model is validated, unless
@@ -432,6 +455,8 @@ class Trainer:
         """One optimiser update over `group` batches; losses normalised by target tokens."""
         t = self.config.train
         batches = [tuple(torch.from_numpy(a) for a in collate(self.train_split, i)) for i in group]
+        if self.device.type == "cuda":  # non_blocking copies are asynchronous only when pinned
+            batches = [tuple(x.pin_memory() for x in batch) for batch in batches]
         tokens = sum(int((tgt_out != PAD).sum()) for _, _, tgt_out in batches)
         global_tokens = self._agree([float(tokens)], op="sum")[0]
         # DDP averages gradients over ranks: scale so the result is the per-token mean
@@ -485,6 +510,25 @@ class Trainer:
         dist.all_reduce(tensor, dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return tensor.tolist()
 
+    def _broadcast(self, values: list[float]) -> list[float]:
+        """Rank 0's numbers on every rank (the others pass placeholders of the same length)."""
+        if self.world == 1:
+            return values
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.broadcast(tensor, 0)
+        return tensor.tolist()
+
+    def _gather_rng(self) -> dict[str, list[torch.Tensor]]:
+        """Every rank's CPU (and CUDA) generator state, indexed by rank, on rank 0."""
+        mine = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            mine["cuda"] = torch.cuda.get_rng_state(self.device)
+        if self.world == 1:
+            return {key: [value] for key, value in mine.items()}
+        states = [{}] * self.world
+        dist.gather_object(mine, states if self.main else None, dst=0)
+        return {key: [state[key] for state in states] for key in mine} if self.main else {}
+
     def _barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
@@ -510,6 +554,7 @@ class Trainer:
             "tokens_per_s": tokens / max(window["seconds"], 1e-9),
             "padding": window["padded"] / max(window["cells"], 1),
             "elapsed_s": self.state.elapsed,
+            "horizon": self.state.horizon,  # the one this update was scheduled by (0: none)
         }
         self._log(record)
         if bar.disable and self.main:  # no bar off a terminal: a plain line now and then
@@ -534,14 +579,31 @@ class Trainer:
     # ------------------------------------------------------------------ validation
 
     def _validate(self) -> bool:
-        """Validate, track the best BLEU; True when patience is exhausted."""
+        """Validate, track the best BLEU; True when patience is exhausted.
+
+        Rank 0 alone decodes and every rank takes its BLEU: the best score, the patience and
+        the decision to stop are the same everywhere, even if another rank's kernels would
+        have decoded differently."""
+        t, state = self.config.train, self.state
+        if not len(self.data.splits["valid"]):
+            return False
+        bleu = self._broadcast([self._validation_bleu() if self.main else 0.0])[0]
+        if bleu > state.best_bleu:
+            state.best_bleu, state.bad_evals = bleu, 0
+            path = self._save()  # on every rank: a save gathers their generator states
+            if self.main:
+                checkpoint.point(self.ckpt_dir, "best", path)
+        else:
+            state.bad_evals += 1
+        return bool(t.patience) and state.bad_evals >= t.patience
+
+    def _validation_bleu(self) -> float:
+        """Validation loss and greedy BLEU, logged and printed (rank 0)."""
         from .evaluate import score
         from .translate import translate
 
         t, state = self.config.train, self.state
         valid = self.data.splits["valid"]
-        if not len(valid):
-            return False
         self.model.eval()
         loss, nll, _ = validation_loss(
             self.model, valid, t.max_tokens, t.label_smoothing, self.device
@@ -558,11 +620,6 @@ class Trainer:
             device=self.device,
         )
         bleu = score(hypotheses, references)["bleu"]
-        improved = bleu > state.best_bleu
-        if improved:
-            state.best_bleu, state.bad_evals = bleu, 0
-        else:
-            state.bad_evals += 1
         record = {
             "kind": "valid",
             "step": state.step,
@@ -575,32 +632,32 @@ class Trainer:
             "elapsed_s": state.elapsed,
         }
         self._log(record)
-        if self.main:
-            say(
-                f"step {state.step}: valid loss {loss:.3f}, ppl {record['ppl']:.2f}, "
-                f"BLEU {bleu:.2f} (best {state.best_bleu:.2f})"
-            )
-            examples = [
-                f"  src: {sources[i]}\n  ref: {references[i]}\n  hyp: {hypotheses[i]}"
-                for i in range(min(t.eval_examples, len(sources)))
-            ]
-            if examples:
-                say("\n".join(examples))
-            if improved:
-                checkpoint.point(self.ckpt_dir, "best", self._save())
-        return bool(t.patience) and state.bad_evals >= t.patience
+        say(
+            f"step {state.step}: valid loss {loss:.3f}, ppl {record['ppl']:.2f}, "
+            f"BLEU {bleu:.2f} (best {max(bleu, state.best_bleu):.2f})"
+        )
+        examples = [
+            f"  src: {sources[i]}\n  ref: {references[i]}\n  hyp: {hypotheses[i]}"
+            for i in range(min(t.eval_examples, len(sources)))
+        ]
+        if examples:
+            say("\n".join(examples))
+        return bleu
 
     # ------------------------------------------------------------------ checkpoints
 
     def _save(self) -> Path:
-        """Save `step-N`, point `last` at it, prune old ones (rank 0 only)."""
+        """Save `step-N`, point `last` at it, prune old ones. Every rank calls it (their
+        generator states are gathered); rank 0 alone writes, and the others wait for it."""
         path = self.ckpt_dir / f"step-{self.state.step:08d}"
-        if not self.main or self._saved_step == self.state.step:
+        if self._saved_step == self.state.step:
             return path
         self._saved_step = self.state.step
-        self.state.rng = {"cpu": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            self.state.rng["cuda"] = torch.cuda.get_rng_state_all()
+        rng = self._gather_rng()
+        if not self.main:
+            self._barrier()  # no rank goes on, or exits, before `last` is written
+            return path
+        self.state.rng, self.state.world_size = rng, self.world
         trainer_state = {
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -618,6 +675,7 @@ class Trainer:
         )
         checkpoint.point(self.ckpt_dir, "last", path)
         checkpoint.prune(self.ckpt_dir, self.config.train.keep_last)
+        self._barrier()
         return path
 
 
