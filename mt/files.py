@@ -8,7 +8,9 @@ new, never a mix. A failure removes the temporary and names the path and the cau
 from __future__ import annotations
 
 import errno
+import glob
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +28,7 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove(tmp)
+        _remove_leftovers(path)
         yield tmp
         _fsync_tree(tmp)
         if tmp.is_dir() and not tmp.is_symlink() and path.is_dir():  # not over a full folder
@@ -43,6 +46,25 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
     except BaseException:
         remove(tmp)
         raise
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Temporaries of `path` left by processes killed outright (kill -9, power loss)."""
+    temporary = re.compile(rf"^\.{re.escape(path.name)}\.(?:tmp|old)-(\d+)")
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*-*"):
+        found = temporary.match(leftover.name)
+        if found and not _alive(int(found.group(1))):
+            remove(leftover)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def atomic_write_text(path: Path, text: str) -> None:
