@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .errors import MtError
@@ -78,7 +78,8 @@ def remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
-        path.unlink(missing_ok=True)
+        with suppress(FileNotFoundError, NotADirectoryError):  # nothing there to remove
+            path.unlink()
 
 
 def fsync(path: Path) -> None:
