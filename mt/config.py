@@ -321,15 +321,10 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         "train.min_lr": t.min_lr,
     }
     for key, value in non_negative.items():
-        if not (value >= 0 and math.isfinite(value)):  # NaN compares false to everything
-            fail(key, f"must be a finite number, not negative, got {value}")
-    longest = config.data.max_length + 1  # a sentence plus its EOS (source) or BOS (target)
-    if m.max_positions < longest:
-        fail(
-            "model.max_positions",
-            f"{m.max_positions} is below data.max_length + 1 ({longest}): the longest "
-            "training sentences would not fit the positional encodings",
-        )
+        if not math.isfinite(value):  # NaN passes every comparison below
+            fail(key, f"must be a finite number, got {value}")
+        if value < 0:
+            fail(key, f"must not be negative, got {value}")
     weights = 4 * parameter_count(config)  # float32, before gradients and optimiser state
     if weights > _memory_bytes():
         fail(
@@ -376,8 +371,15 @@ def _memory_bytes() -> int:
 
 
 def check_training_stops(config: Config, origin: str) -> None:
-    """Training needs a limit; preparing data or decoding does not, so this is not `validate`."""
-    t = config.train
+    """Training needs a limit, and positions for its longest sentences; preparing data or
+    decoding does not, so this is not `validate`."""
+    t, m = config.train, config.model
+    longest = config.data.max_length + 1  # a sentence plus its EOS (source) or BOS (target)
+    if m.max_positions < longest:
+        raise ConfigError(
+            f"{origin}: model.max_positions: {m.max_positions} is below data.max_length + 1 "
+            f"({longest}): the longest training sentences would not fit the positional encodings"
+        )
     if not (t.max_steps or t.max_epochs or t.max_minutes or t.patience):
         raise ConfigError(
             f"{origin}: train.max_steps: training would never stop: set train.max_minutes "

@@ -453,7 +453,11 @@ def read_lines(path: str, option: str) -> list[str]:
     name = "stdin" if path == "-" else f"{option} {path}"
     if path == "-":
         stream = sys.stdin
-        data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
+        data = (
+            stream.buffer.read()
+            if hasattr(stream, "buffer")
+            else stream.read().encode("utf-8", "surrogateescape")
+        )
     elif not Path(path).is_file():
         raise ConfigError(f"{option} {path}: no such file")
     else:

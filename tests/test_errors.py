@@ -235,6 +235,18 @@ def _run_dir_under_file(command: str):
     return setup
 
 
+def _read_only(command: str):
+    def setup(corpus, run, tmp, mp):
+        def refuse(path, *args, **kwargs):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+        mp.setattr(os, "mkdir", refuse)  # as root, a chmod would not stop the writes
+        args = train_args(corpus, tmp / "new")
+        return (["prepare", *args[1:]] if command == "prepare" else args), tmp
+
+    return setup
+
+
 def _full_disk_save(corpus, run, tmp, mp):
     run = copy_run(run, tmp)
     full_disk(mp)
@@ -306,6 +318,8 @@ CASES = {
     # the file system
     "run.dir under a file (train)": (_run_dir_under_file("train"), 1, "file/run"),
     "run.dir under a file (prepare)": (_run_dir_under_file("prepare"), 1, "file/run"),
+    "read-only run.dir (train)": (_read_only("train"), 1, "Read-only file system"),
+    "read-only run.dir (prepare)": (_read_only("prepare"), 1, "Read-only file system"),
     "full disk at a checkpoint save": (_full_disk_save, 1, "No space left"),
     "full disk at evaluate --out": (_full_disk_out("evaluate"), 1, "No space left"),
     "full disk at average --out": (_full_disk_out("average"), 1, "No space left"),
