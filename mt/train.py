@@ -347,6 +347,8 @@ class Trainer:
                 f"{self.world}; resume with {self.state.world_size} (torchrun --nnodes x "
                 "--nproc_per_node) or start over with --restart"
             )
+        if isinstance(self.state.rng["cpu"], torch.Tensor):  # saved by mt 0.1: one process
+            self.state.rng = {key: [value] for key, value in self.state.rng.items()}
         torch.set_rng_state(self.state.rng["cpu"][self.rank])
         if self.device.type == "cuda" and "cuda" in self.state.rng:
             torch.cuda.set_rng_state(self.state.rng["cuda"][self.rank], self.device)
@@ -604,6 +606,7 @@ class Trainer:
             "tokens_per_s": tokens / max(window["seconds"], 1e-9),
             "padding": window["padded"] / max(window["cells"], 1),
             "elapsed_s": self.state.elapsed,
+            "horizon": self.state.horizon,  # the one this update was scheduled by (0: none)
         }
         self._log(record)
         if bar.disable and self.main:  # no bar off a terminal: a plain line now and then
