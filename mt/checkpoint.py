@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,9 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
     if not file.is_file():
         raise ConfigError(f"{file}: missing; resume from another checkpoint or --restart")
     try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickles: the line below says it
+            warnings.simplefilter("ignore")
+            state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception:  # UnpicklingError, RuntimeError (not a zip), EOFError ...
         state = None
     if not isinstance(state, dict) or not {"optimizer", "scaler", "state"} <= state.keys():
