@@ -1,7 +1,8 @@
 """The `mt` command line: prepare, train, translate, evaluate, average.
 
 Every command takes `--config FILE` and `--set section.key=value` overrides. Errors a person
-can fix print one line on stderr and exit non-zero (2 for usage and configuration errors).
+can fix print one line on stderr and exit non-zero (2 for usage and configuration errors);
+MT_DEBUG=1 prints their traceback too.
 """
 
 from __future__ import annotations
