@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,7 +154,43 @@ def average(files: list[Path], out: Path) -> None:
 
 
 def load_trainer_state(path: Path) -> dict[str, Any]:
-    return torch.load(path / TRAINER, map_location="cpu", weights_only=True)
+    """The trainer state of a step folder; refuses anything mt did not write (no pickled code
+    runs: `weights_only=True`)."""
+    file = path / TRAINER
+    if not file.is_file():
+        raise ConfigError(f"{file}: missing; resume from another checkpoint or --restart")
+    try:
+        with warnings.catch_warnings():  # torch warns about foreign pickles: the line below says it
+            warnings.simplefilter("ignore")
+            state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception:  # UnpicklingError, RuntimeError (not a zip), EOFError ...
+        state = None
+    if not isinstance(state, dict) or not {"optimizer", "scaler", "state"} <= state.keys():
+        raise ConfigError(f"{file}: not a trainer state written by mt; refusing to unpickle it")
+    return state
+
+
+def is_complete(step_dir: Path) -> bool:
+    """Whether a step folder holds both the weights and the trainer state (a resume needs both)."""
+    return (step_dir / WEIGHTS).is_file() and (step_dir / TRAINER).is_file()
+
+
+def newest_complete(ckpt_dir: Path) -> Path | None:
+    """The newest step folder a run can resume from, None if there is none."""
+    steps = sorted(
+        (int(m.group(1)), p)
+        for p in ckpt_dir.glob("step-*")
+        if (m := STEP_DIR.match(p.name)) and is_complete(p)
+    )
+    return steps[-1][1] if steps else None
+
+
+def meta_json(meta: dict[str, str], key: str, file: Path) -> Any:
+    """A JSON value of a weights file's metadata, or a one-line error naming the file."""
+    try:
+        return json.loads(meta[key])
+    except (KeyError, ValueError):
+        raise ConfigError(f"{file}: damaged checkpoint: no valid '{key}' in its metadata") from None
 
 
 def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -163,7 +200,7 @@ def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
         tensors = load_file(str(path))
     except Exception as e:  # safetensors raises several types for a damaged file
         raise ConfigError(f"{path}: not a readable safetensors checkpoint ({e})") from None
-    for alias, name in json.loads(meta.get("aliases", "{}")).items():
+    for alias, name in meta_json(meta, "aliases", path).items() if "aliases" in meta else ():
         tensors[alias] = tensors[name]
     return tensors, meta
 
@@ -183,7 +220,7 @@ def read_metadata(path: Path) -> dict[str, str]:
 def read_config(path: str | Path) -> Config:
     """The config a checkpoint (anything `resolve` accepts) was trained with."""
     file = resolve(path)
-    return config_from_dict(json.loads(read_metadata(file)["config"]), f"{file} (config)")
+    return config_from_dict(meta_json(read_metadata(file), "config", file), f"{file} (config)")
 
 
 def resolve(path: str | Path) -> Path:
@@ -207,8 +244,14 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     file = resolve(path)
     state, meta = load_weights(file)
     config = read_config(file)
-    src_tok = Tokenizer.from_str(meta["src_tokenizer"])
-    tgt_tok = Tokenizer.from_str(meta["tgt_tokenizer"])
+    try:
+        src_tok, tgt_tok = (
+            Tokenizer.from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt")
+        )
+    except Exception:  # KeyError, or the tokenizers library's own error
+        raise ConfigError(
+            f"{file}: damaged checkpoint: no valid tokenizers in its metadata"
+        ) from None
     model = Transformer(
         config.model,
         src_tok.get_vocab_size(),

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
+import os
 import re
 import types
 import typing
@@ -319,8 +321,17 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         "train.min_lr": t.min_lr,
     }
     for key, value in non_negative.items():
+        if not math.isfinite(value):  # NaN passes every comparison below
+            fail(key, f"must be a finite number, got {value}")
         if value < 0:
             fail(key, f"must not be negative, got {value}")
+    weights = 4 * parameter_count(config)  # float32, before gradients and optimiser state
+    if weights > _memory_bytes():
+        fail(
+            "model.d_model",
+            f"the weights alone would take {weights / 2**30:,.0f} GiB, more than this "
+            f"machine's {_memory_bytes() / 2**30:,.0f} GiB of memory",
+        )
     if d.nbest > d.beam:
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
     if t.schedule in ("cosine", "linear") and not (t.max_steps or t.max_minutes):
@@ -346,9 +357,29 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
                     fail(f"data.files.{split}", f"no such file: {file}")
 
 
+def parameter_count(config: Config) -> int:
+    """About how many parameters the model of `config` has (embeddings at the full vocabulary,
+    separate ones per side unless the tokenizer is joint)."""
+    m, d = config.model, config.model.d_model
+    layer = 4 * d * d + 2 * d * m.d_ff  # attention projections and the feed-forward pair
+    embeddings = config.tokenizer.vocab_size * d * (1 if config.tokenizer.joint else 2)
+    return embeddings + m.encoder_layers * layer + m.decoder_layers * (layer + 4 * d * d)
+
+
+def _memory_bytes() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def check_training_stops(config: Config, origin: str) -> None:
-    """Training needs a limit; preparing data or decoding does not, so this is not `validate`."""
-    t = config.train
+    """Training needs a limit, and positions for its longest sentences; preparing data or
+    decoding does not, so this is not `validate`."""
+    t, m = config.train, config.model
+    longest = config.data.max_length + 1  # a sentence plus its EOS (source) or BOS (target)
+    if m.max_positions < longest:
+        raise ConfigError(
+            f"{origin}: model.max_positions: {m.max_positions} is below data.max_length + 1 "
+            f"({longest}): the longest training sentences would not fit the positional encodings"
+        )
     if not (t.max_steps or t.max_epochs or t.max_minutes or t.patience):
         raise ConfigError(
             f"{origin}: train.max_steps: training would never stop: set train.max_minutes "

@@ -90,7 +90,7 @@ def load_raw(cfg: DataConfig) -> dict[str, list[Pair]]:
     for name in SPLITS:
         files = getattr(cfg.files, name)
         if files:
-            raw[name] = _pairs(_load_files(files, f"data.files.{name}"), cfg, ", ".join(files))
+            raw[name] = _file_pairs(files, cfg, f"data.files.{name}")
     return raw
 
 
@@ -110,10 +110,27 @@ def _load_files(files: list[str], key: str) -> Any:
         kind, options = "csv", {"delimiter": "\t", "quoting": 3}  # 3: csv.QUOTE_NONE
     if kind == "csv":
         options["keep_default_na"] = False  # a sentence "None", "NA" or "null" is text
+    for file in files:
+        if Path(file).is_file() and Path(file).stat().st_size == 0:
+            raise ConfigError(f"{key}: {file}: an empty file")
     try:
         return datasets.load_dataset(kind, data_files=files, split="train", **options)
     except Exception as e:
-        raise MtError(f"{key}: cannot read {', '.join(files)}: {one_line(e)}") from None
+        why = one_line(e) or type(e).__name__
+        raise ConfigError(f"{key}: cannot read {', '.join(files)}: {why}") from None
+
+
+def _file_pairs(files: list[str], cfg: DataConfig, key: str) -> list[Pair]:
+    """The pairs of local corpus files; text that is not UTF-8 is named by file and line."""
+    dataset = _load_files(files, key)
+    try:
+        return _pairs(dataset, cfg, f"{key}: {', '.join(files)}")
+    except UnicodeDecodeError:  # `datasets` decodes lazily and names neither file nor line
+        for file in files:
+            opener = gzip.open if file.endswith(".gz") else open
+            with opener(file, "rb") as f:
+                decode_text(f.read(), f"{key}: {file}")
+        raise ConfigError(f"{key}: {', '.join(files)}: not UTF-8 text") from None
 
 
 def _file_kind(path: str) -> str | None:
@@ -133,15 +150,25 @@ def _file_kind(path: str) -> str | None:
 def _pairs(dataset: Any, cfg: DataConfig, origin: str) -> list[Pair]:
     """Rows in the flat {"en", "es"} or nested {"translation": {...}} schema as pairs."""
     columns = dataset.column_names
+    pairs = None
     if cfg.src_lang in columns and cfg.tgt_lang in columns:
-        return list(zip(dataset[cfg.src_lang], dataset[cfg.tgt_lang]))
-    if "translation" in columns:
+        pairs = list(zip(dataset[cfg.src_lang], dataset[cfg.tgt_lang]))
+    elif "translation" in columns:
         rows = dataset["translation"]
         if rows and cfg.src_lang in rows[0] and cfg.tgt_lang in rows[0]:
-            return [(r[cfg.src_lang], r[cfg.tgt_lang]) for r in rows]
-    raise MtError(
-        f"{origin}: no '{cfg.src_lang}' and '{cfg.tgt_lang}' fields (columns: {', '.join(columns)})"
-    )
+            pairs = [(r[cfg.src_lang], r[cfg.tgt_lang]) for r in rows]
+    if pairs is None:
+        raise MtError(
+            f"{origin}: no '{cfg.src_lang}' and '{cfg.tgt_lang}' fields "
+            f"(columns: {', '.join(columns)})"
+        )
+    for number, pair in enumerate(pairs, start=1):
+        for lang, text in zip((cfg.src_lang, cfg.tgt_lang), pair):
+            if not isinstance(text, str | None):  # None: a missing value, cleaned away
+                raise ConfigError(
+                    f"{origin}: row {number}: '{lang}' is {type(text).__name__}, not text"
+                )
+    return pairs
 
 
 # ---------------------------------------------------------------------------- cleaning
@@ -223,6 +250,20 @@ def fingerprint(config: Config) -> str:
             name: [_file_id(f) for f in getattr(data.files, name) or []] for name in SPLITS
         }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def inputs_of(config: Config) -> dict[str, Any]:
+    """What a run's weights are bound to: the data fingerprint and the sha256 of each tokenizer
+    file in the run folder (None where absent). Saved with every checkpoint; a resume compares
+    them before anything is rebuilt, so a changed corpus never re-learns the vocabulary under
+    trained weights."""
+    files = tok.tokenizer_files(
+        Path(config.run.dir), config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
+    )
+    return {
+        "data_fingerprint": fingerprint(config),
+        "tokenizers": {p.name: _sha256(p) if p.is_file() else None for p in files},
+    }
 
 
 def prepare(config: Config, rebuild: bool = False, write: bool = True) -> Prepared:
@@ -403,17 +444,38 @@ def _unflatten(arrays: Any, prefix: str) -> list[np.ndarray]:
 def read_pairs(files: list[str], cfg: DataConfig, key: str) -> list[Pair]:
     """Normalised (source, target) pairs from files in any corpus format and schema that
     training reads (`key` names the option they came from, for messages)."""
-    pairs = _pairs(_load_files(files, key), cfg, ", ".join(files))
-    return [(normalize(src), normalize(tgt)) for src, tgt in pairs]
+    return [(normalize(src), normalize(tgt)) for src, tgt in _file_pairs(files, cfg, key)]
 
 
 def read_lines(path: str, option: str) -> list[str]:
-    """The lines of a UTF-8 text file, or of stdin for "-"."""
+    """The lines of a UTF-8 text file, or of stdin for "-"; an encoding error or a NUL byte
+    (a binary file, not text: refused) names the file and the line."""
+    name = "stdin" if path == "-" else f"{option} {path}"
     if path == "-":
-        return sys.stdin.read().splitlines()
-    if not Path(path).is_file():
+        stream = sys.stdin
+        data = (
+            stream.buffer.read()
+            if hasattr(stream, "buffer")
+            else stream.read().encode("utf-8", "surrogateescape")
+        )
+    elif not Path(path).is_file():
         raise ConfigError(f"{option} {path}: no such file")
-    return Path(path).read_text(encoding="utf-8").splitlines()
+    else:
+        data = Path(path).read_bytes()
+    return decode_text(data, name).splitlines()
+
+
+def decode_text(data: bytes, name: str) -> str:
+    """UTF-8 text (a byte-order mark dropped), or a one-line error naming the line at fault."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(f"{name}:{line}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if "\0" in text:
+        line = text[: text.index("\0")].count("\n") + 1
+        raise ConfigError(f"{name}:{line}: a NUL byte, so not a text file; refusing it")
+    return text
 
 
 def read_pairs_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> list[Pair]:
@@ -438,7 +500,10 @@ def _read_jsonl(path: Path) -> Iterator[Any]:
 
 
 def _file_id(path: str) -> list[Any]:
-    stat = Path(path).stat()
+    try:
+        stat = Path(path).stat()
+    except OSError as e:
+        raise ConfigError(f"data.files: {path}: {e.strerror}") from None
     return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
 
 

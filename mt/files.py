@@ -8,10 +8,12 @@ new, never a mix. A failure removes the temporary and names the path and the cau
 from __future__ import annotations
 
 import errno
+import glob
 import os
+import re
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from .errors import MtError
@@ -26,6 +28,7 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove(tmp)
+        _remove_leftovers(path)
         yield tmp
         _fsync_tree(tmp)
         if tmp.is_dir() and not tmp.is_symlink() and path.is_dir():  # not over a full folder
@@ -45,6 +48,25 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
         raise
 
 
+def _remove_leftovers(path: Path) -> None:
+    """Temporaries of `path` left by processes killed outright (kill -9, power loss)."""
+    temporary = re.compile(rf"^\.{re.escape(path.name)}\.(?:tmp|old)-(\d+)")
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*-*"):
+        found = temporary.match(leftover.name)
+        if found and not _alive(int(found.group(1))):
+            remove(leftover)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace `path` with `text` (UTF-8) atomically."""
     with atomic_path(path) as tmp:
@@ -56,7 +78,8 @@ def remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
-        path.unlink(missing_ok=True)
+        with suppress(FileNotFoundError, NotADirectoryError):  # nothing there to remove
+            path.unlink()
 
 
 def fsync(path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -60,6 +61,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
         except json.JSONDecodeError:
             if number < len(lines):
                 raise ConfigError(f"{path}:{number}: not a JSON line") from None
+            print(f"mt: warning: {path}:{number}: a partial last line, skipped", file=sys.stderr)
     return [r for r in records if isinstance(r, dict)]
 
 

@@ -29,8 +29,15 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from . import checkpoint
-from .config import Config, TrainConfig, check_training_stops, diff_configs, resumable_keys
-from .data import Split, collate, prepare, token_batches
+from .config import (
+    Config,
+    TrainConfig,
+    check_training_stops,
+    diff_configs,
+    one_line,
+    resumable_keys,
+)
+from .data import SPLITS, Split, collate, inputs_of, prepare, token_batches
 from .device import pick_device, precision_for
 from .errors import ConfigError, MtError
 from .files import atomic_write_text, remove
@@ -257,7 +264,9 @@ class Trainer:
     # ------------------------------------------------------------------ resume
 
     def _resume_point(self, restart: bool) -> Path | None:
-        """The `last` checkpoint to resume from, None to start, or an error if configs differ."""
+        """The checkpoint to resume from (`last`, else the newest complete one, said aloud),
+        None to start; an error if the config, the data or the tokenizers differ from what
+        its weights were trained with. Runs before anything in the run folder is rebuilt."""
         last = self.ckpt_dir / "last"
         if restart:
             if self.main:
@@ -265,13 +274,28 @@ class Trainer:
                 self.metrics_path.unlink(missing_ok=True)
             self._barrier()
             return None
-        if not (last / checkpoint.WEIGHTS).is_file():
-            return None
-        _, meta = checkpoint.load_weights(last / checkpoint.WEIGHTS)
+        path = last.resolve() if checkpoint.is_complete(last) else None
+        if path is None:
+            path = checkpoint.newest_complete(self.ckpt_dir)
+            if path is None and last.is_symlink():
+                raise ConfigError(
+                    f"{last}: points to {os.readlink(last)}, which is missing or incomplete, and "
+                    "no complete checkpoint is left; use --restart to start over"
+                )
+            if path is None:
+                return None
+            if self.main:
+                why = f"points to {os.readlink(last)}, which is" if last.is_symlink() else "is"
+                say(
+                    f"{last} {why} missing or incomplete; resuming from {path.name}, the newest "
+                    "complete checkpoint"
+                )
+        file = path / checkpoint.WEIGHTS
+        meta = checkpoint.read_metadata(file)
         resumable = resumable_keys(self.config)
         differing = [
             k
-            for k in diff_configs(json.loads(meta["config"]), self.config.to_dict())
+            for k in diff_configs(checkpoint.meta_json(meta, "config", file), self.config.to_dict())
             if k not in resumable
         ]
         if differing:
@@ -280,15 +304,43 @@ class Trainer:
                 f"{', '.join(differing)}; use the same config to resume, --restart to start "
                 "over, or another run.dir"
             )
-        return last.resolve()
+        now = inputs_of(self.config)
+        saved = (
+            checkpoint.meta_json(meta, "data_fingerprint", file)
+            if "data_fingerprint" in meta
+            else ""
+        )
+        if saved and saved != now["data_fingerprint"]:
+            data = self.config.data
+            files = ", ".join(f for name in SPLITS for f in getattr(data.files, name) or [])
+            raise ConfigError(
+                f"{self.run_dir}: the training data ({files or data.name}) changed "
+                f"since {path.name} was saved; its weights cannot go on with other data and "
+                "another vocabulary: use --restart to start over, or a new run.dir"
+            )
+        if "tokenizers" in meta:
+            for name, sha in checkpoint.meta_json(meta, "tokenizers", file).items():
+                if now["tokenizers"].get(name) != sha:
+                    raise ConfigError(
+                        f"{self.run_dir / name}: missing or changed since {path.name} was "
+                        "saved; its weights need the vocabulary they were trained with: use "
+                        "--restart to start over, or a new run.dir"
+                    )
+        return path
 
     def _load(self, path: Path) -> None:
         weights, _ = checkpoint.load_weights(path / checkpoint.WEIGHTS)
-        self.model.load_state_dict(weights)
         saved = checkpoint.load_trainer_state(path)
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.scaler.load_state_dict(saved["scaler"])
-        self.state = TrainState(**saved["state"])
+        try:
+            self.model.load_state_dict(weights)
+            self.optimizer.load_state_dict(saved["optimizer"])
+            self.scaler.load_state_dict(saved["scaler"])
+            self.state = TrainState(**saved["state"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ConfigError(
+                f"{path}: does not fit this run's model and optimiser ({one_line(e)[:200]}); "
+                "use --restart to start over, or another run.dir"
+            ) from None
         if self.state.world_size != self.world:  # positions and generators are per rank
             raise ConfigError(
                 f"{path}: trained by {self.state.world_size} processes but resumed by "
@@ -663,7 +715,11 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "state": self.state.__dict__,
         }
-        extra = {"best_bleu": self.state.best_bleu, "epoch": self.state.epoch}
+        extra = {
+            "best_bleu": self.state.best_bleu,
+            "epoch": self.state.epoch,
+            **inputs_of(self.config),  # what a resume checks before it rebuilds anything
+        }
         path = checkpoint.save(
             self.ckpt_dir,
             self.state.step,
