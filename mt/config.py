@@ -116,9 +116,9 @@ class TrainConfig:
     log_every: int = resumable(100)  # updates between training-metric lines
     save_every: int = resumable(1000)  # updates between checkpoints
     keep_last: int = resumable(5)  # step checkpoints kept (best and last are always kept)
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = (
-        "auto"  # auto: bf16/fp16 on GPU, fp32 on CPU
-    )
+    # auto: bf16 on GPUs with native bf16 and CPUs with AMX bf16, fp16 (loss-scaled) on older
+    # GPUs, fp32 elsewhere; weights and checkpoints stay float32 in every precision
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     compile: bool = resumable(False)  # torch.compile the model
 
 
@@ -133,6 +133,8 @@ class DecodeConfig:
     nbest: int = resumable(1)
     no_repeat_ngram: int = resumable(0)  # forbid repeating any n-gram of this size; 0 disables
     batch_tokens: int = resumable(4096)  # source tokens per decoding batch
+    # validation, translate and evaluate; auto: the rule of train.precision's auto
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
 
 
 @dataclass

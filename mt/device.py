@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 
 from .errors import ConfigError
@@ -39,10 +41,60 @@ def pick_device(
     return torch.device(name)
 
 
-def precision_for(name: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype, or None for plain float32."""
-    if name == "fp32" or (name == "auto" and device.type != "cuda"):
-        return None
-    if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none to read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_amx_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in AMX tiles the OS lets us use: torch's
+    check (which also asks Linux for the tile state), and the amx_bf16 flag where readable."""
+    init_amx = getattr(torch._C._cpu, "_init_amx", None)
+    flags = cpu_flags()
+    return bool(init_amx and init_amx()) and (not flags or "amx_bf16" in flags)
+
+
+def cuda_capability(device: torch.device) -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+
+
+def precision_for(
+    name: str,
+    device: torch.device,
+    capability: tuple[int, int] | None = None,
+    amx_bf16: bool | None = None,
+) -> tuple[torch.dtype | None, str]:
+    """The autocast dtype (None: plain float32) for `train.precision` or `decode.precision`
+    `name` on `device`, and why. `auto` picks what pays: bf16 on GPUs with native bf16
+    (compute capability 8.0 on), fp16 with a gradient scaler on older ones, bf16 on CPUs
+    with AMX bf16 units, float32 elsewhere. `capability` (the CUDA device's) and `amx_bf16`
+    default to what this machine has; the choice is a pure function of the arguments given.
+    """
+    named = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if name != "auto":
+        return named[name], f"{name} as configured"
+    if device.type == "cuda":
+        major, minor = capability or cuda_capability(device)
+        if major >= 8:
+            return torch.bfloat16, f"auto: bf16, native on this GPU (capability {major}.{minor})"
+        return torch.float16, (
+            f"auto: fp16 with loss scaling, as this GPU (capability {major}.{minor}) has no "
+            "native bf16"
+        )
+    if device.type == "cpu":
+        if cpu_amx_bf16() if amx_bf16 is None else amx_bf16:
+            return torch.bfloat16, "auto: bf16, this CPU has AMX bf16 units"
+        return None, "auto: fp32, this CPU has no AMX bf16 units"
+    return None, f"auto: fp32 on {device.type}"
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:
+    """Autocast to `dtype` on `device`; None: plain float32."""
+    return nullcontext() if dtype is None else torch.autocast(device.type, dtype)

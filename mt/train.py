@@ -38,7 +38,7 @@ from .config import (
     resumable_keys,
 )
 from .data import SPLITS, Split, collate, inputs_of, prepare, token_batches
-from .device import pick_device, precision_for
+from .device import autocast, pick_device, precision_for
 from .errors import ConfigError, MtError
 from .files import atomic_write_text, remove
 from .model import PAD, Transformer
@@ -198,7 +198,9 @@ class Trainer:
             joint=config.tokenizer.joint,
         ).to(self.device)
         self.optimizer = build_optimizer(self.model, config.train, self.device)
-        self.autocast = precision_for(config.train.precision, self.device)
+        self.autocast, why = precision_for(config.train.precision, self.device)
+        if self.main:
+            say(f"precision: {why}")
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
         self.state = TrainState()
         self._saved_step = -1
@@ -435,7 +437,9 @@ class Trainer:
         while not reason:
             loss, nll, tokens, padded, cells = self._update(self.next_batches())
             seconds = pace.updated()
-            if math.isfinite(loss):
+            if loss is None:  # neither the update count nor the schedule advance
+                say(f"fp16: gradients overflowed at step {state.step + 1}; update skipped")
+            elif math.isfinite(loss):
                 bad_updates = 0
                 state.step += 1
                 state.target_tokens += tokens
@@ -503,8 +507,9 @@ class Trainer:
             }
         )
 
-    def _update(self, group) -> tuple[float, float, int, int, int]:
-        """One optimiser update over `group` batches; losses normalised by target tokens."""
+    def _update(self, group) -> tuple[float | None, float, int, int, int]:
+        """One optimiser update over `group` batches; losses normalised by target tokens.
+        The loss is None when fp16 loss scaling skipped the update."""
         t = self.config.train
         batches = [tuple(torch.from_numpy(a) for a in collate(self.train_split, i)) for i in group]
         if self.device.type == "cuda":  # non_blocking copies are asynchronous only when pinned
@@ -520,14 +525,7 @@ class Trainer:
                 x.to(self.device, non_blocking=True) for x in (src, tgt_in, tgt_out)
             )
             sync = i == len(batches) - 1 or self.world == 1
-            with (
-                self._no_sync(not sync),
-                torch.autocast(
-                    self.device.type,
-                    self.autocast or torch.float32,
-                    enabled=self.autocast is not None,
-                ),
-            ):
+            with self._no_sync(not sync), autocast(self.device, self.autocast):
                 logits = self.net(src, tgt_in)
                 loss, nll = smoothed_loss(logits, tgt_out, t.label_smoothing)
             self.scaler.scale(loss / norm).backward()
@@ -542,9 +540,12 @@ class Trainer:
         self.scaler.unscale_(self.optimizer)
         if t.clip_norm:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
+        scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler.get_scale() < scale:  # fp16 gradients overflowed: the scaler skipped
+            return None, nll_sum / global_tokens, tokens, 0, 0  # the step and lowered its scale
         padded = sum(int((s == PAD).sum() + (o == PAD).sum()) for s, _, o in batches)
         cells = sum(s.numel() + o.numel() for s, _, o in batches)
         return loss_sum / global_tokens, nll_sum / global_tokens, tokens, padded, cells

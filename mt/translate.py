@@ -16,6 +16,7 @@ from . import tokenizer as tok
 from .config import DecodeConfig
 from .data import pad_batch
 from .decode import Hypothesis, beam_search, greedy, max_output_lengths
+from .device import autocast, precision_for
 from .model import EOS, Transformer
 
 
@@ -78,6 +79,8 @@ def translate_ids(
 ) -> list[list[Hypothesis]]:
     """Hypotheses (token ids and scores) for each source (ids from `source_ids`), in order."""
     beam = cfg.beam
+    device = torch.device(device)
+    dtype, _ = precision_for(cfg.precision, device)
     model.eval()
     results: list[list[Hypothesis]] = [[] for _ in ids]
     order = [i for i in np.argsort([-len(x) for x in ids], kind="stable") if ids[i]]
@@ -89,22 +92,23 @@ def translate_ids(
     bar = tqdm(batches, desc="translate", unit="batch", disable=not progress or None, leave=False)
     for batch in bar:
         src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=EOS)).to(device)
-        if beam == 1 and cfg.nbest == 1:
-            lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
-            found = [
-                [Hypothesis(t, float("nan"), float("nan"))] for t in greedy(model, src, lengths)
-            ]
-        else:
-            found = beam_search(
-                model,
-                src,
-                beam,
-                cfg.alpha,
-                cfg.max_len_a,
-                cfg.max_len_b,
-                cfg.nbest,
-                cfg.no_repeat_ngram,
-            )
+        with autocast(device, dtype):  # log-probabilities are float32 all the same
+            if beam == 1 and cfg.nbest == 1:
+                lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
+                found = [
+                    [Hypothesis(t, float("nan"), float("nan"))] for t in greedy(model, src, lengths)
+                ]
+            else:
+                found = beam_search(
+                    model,
+                    src,
+                    beam,
+                    cfg.alpha,
+                    cfg.max_len_a,
+                    cfg.max_len_b,
+                    cfg.nbest,
+                    cfg.no_repeat_ngram,
+                )
         for i, hyps in zip(batch, found):
             results[i] = hyps
     return results

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 import yaml
-from bench_train_speed import REFERENCE_THEN
+from bench_train_speed import CPU_FLAGS, REFERENCE_THEN
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "runs" / "bench" / "results.json"
@@ -271,8 +271,7 @@ def machine() -> str:
     vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
     import torch
 
-    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
-    present = " ".join(f for f in wanted if f in flags) or "none of " + " ".join(wanted)
+    present = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + " ".join(CPU_FLAGS)
     return (
         f"{cpu} ({vector}; flags: {present}), {os.cpu_count()} cores, Linux "
         f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__}"

@@ -1,19 +1,26 @@
 """Training speed of our Transformer against torch.nn.Transformer of the same shape.
 
 Both models train on identical token batches (the Tatoeba training data, our bucketing),
-alternating batch by batch in one process, so machine noise hits both alike. Prints one JSON
-object: target tokens per second for each, and their ratio (ours / reference).
+alternating batch by batch in one process, so machine noise hits both alike, with ours again
+with SDPA attention in every precision (the rule before `mt.model.explicit_attention`), to
+check that rule on this machine. Prints one JSON object per precision: target tokens per
+second for each model, the ratio ours / reference, and the CPU's vector and matrix flags.
+Float32 always, and the precision `auto` picks where it pays (bf16 on a GPU with native bf16
+or a CPU with AMX bf16, fp16 on older GPUs); or those --precision names.
 
     python scripts/bench_train_speed.py --data ../shared/data [--steps 40] [--device cpu]
+        [--precision fp32 --precision bf16]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import time
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
@@ -21,7 +28,7 @@ from torch import nn
 
 from mt.config import load_config
 from mt.data import collate, prepare, token_batches
-from mt.device import precision_for
+from mt.device import cpu_amx_bf16, cpu_flags, precision_for
 from mt.model import PAD, Transformer, sinusoids
 from mt.train import smoothed_loss
 
@@ -62,6 +69,21 @@ class Reference(nn.Module):
         )
         return self.out(h)
 
+
+class SdpaAlways(nn.Module):
+    """Our model with SDPA attention in every precision."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src, tgt_in):
+        with mock.patch("mt.model.explicit_attention", lambda device, dtype: False):
+            return self.model(src, tgt_in)
+
+
+# what the CPU has for vectors and matrices, recorded with each measurement
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
 
 # torch.nn.Transformer of this shape trained at about this many target tokens/s on the
 # machine where the project's peer toolkits were measured (the project's own figure):
@@ -140,22 +162,35 @@ def reference_speed(data: Path, steps: int = 20) -> float:
     return timer.speed()["reference"]
 
 
+NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data")
     parser.add_argument("--config", default="tatoeba_cpu.yaml")
     parser.add_argument("--steps", type=int, default=150, help="timed updates per model")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", action="append", choices=("fp32", "bf16", "fp16"))
     parser.add_argument("--set", action="append", default=[], dest="overrides")
     args = parser.parse_args()
 
     config, vocab, tensors = setup(Path(args.data), args.config, args.overrides, args.steps + 3)
     device = torch.device(args.device)
-    dtype = precision_for(config.train.precision, device)
+    pays, _ = precision_for("auto", device)  # bf16 (fp16 on older GPUs) where it pays
+    names = args.precision or ["fp32"] + ([NAMES[pays]] if pays else [])
+    for name in names:
+        speed(config, vocab, tensors, device, name)
+
+
+def speed(config, vocab: int, tensors, device: torch.device, precision: str) -> None:
+    dtype = {name: dtype for dtype, name in NAMES.items()}[precision]
     torch.manual_seed(0)
+    ours = Transformer(config.model, vocab, vocab)
     timer = Timer(
         {
-            "ours": Transformer(config.model, vocab, vocab),
+            "ours": ours,
+            "ours, SDPA attention": SdpaAlways(copy.deepcopy(ours)),
             "torch.nn.Transformer": Reference(config.model, vocab),
         },
         device,
@@ -165,30 +200,34 @@ def main() -> None:
         for batch in tensors[:3]:
             timer.step(name, batch, timed=False)
     # Alternate the models batch by batch (in both orders), so that the noise of a shared
-    # machine falls on both alike.
+    # machine falls on all alike.
     for i, batch in enumerate(tensors[3:]):
         for name in list(timer.models)[:: 1 if i % 2 == 0 else -1]:
             timer.step(name, batch)
     speed = timer.speed()
     cells = sum(b[0].numel() + b[2].numel() for b in tensors)
     pads = sum(int((b[0] == PAD).sum() + (b[2] == PAD).sum()) for b in tensors)
+    flags = cpu_flags()
     print(
         json.dumps(
             {
                 "device": str(device),
                 "precision": str(dtype or "float32"),
+                "cpu_flags": [f for f in CPU_FLAGS if f in flags],
+                "amx_bf16_usable": cpu_amx_bf16(),
                 "shape": {
                     k: getattr(config.model, k)
                     for k in ("d_model", "heads", "encoder_layers", "decoder_layers", "d_ff")
                 },
                 "max_tokens": config.train.max_tokens,
-                "updates_per_model": args.steps,
+                "updates_per_model": len(tensors) - 3,
                 "tokens_per_s": speed,
                 "ratio_ours_over_reference": speed["ours"] / speed["torch.nn.Transformer"],
                 "padding": pads / cells,
                 "threads": torch.get_num_threads(),
             }
-        )
+        ),
+        flush=True,
     )
 
 

@@ -124,6 +124,30 @@ def test_step_by_step_decoding_matches_full_pass(norm_first, activation):
         model.decode_step(tgt[index, 0], state)
 
 
+# the fp32 reference is SDPA's; reduced precisions are held to their rounding (8 bits of bf16)
+PATH_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 0.1, torch.float16: 0.02}
+
+
+@pytest.mark.parametrize("dtype", PATH_TOLERANCE)
+@pytest.mark.parametrize("explicit", [False, True])
+@torch.no_grad()
+def test_attention_paths_agree(monkeypatch, dtype, explicit):
+    """Explicit attention and SDPA, in every precision, give the float32 SDPA result: with
+    padding masks, the causal mask, and step by step from the cache."""
+    model = tiny_model()
+    src, tgt = random_batch([7, 4, 5], seed=1), random_batch([6, 6, 6], seed=2)
+    monkeypatch.setattr("mt.model.explicit_attention", lambda device, dtype: False)
+    expected = model(src, tgt)
+    monkeypatch.setattr("mt.model.explicit_attention", lambda device, dtype: explicit)
+    with torch.autocast("cpu", dtype, enabled=dtype != torch.float32):
+        full = model(src, tgt).float()
+        state = model.start_decoding(*model.encode(src), max_len=6)
+        steps = torch.stack([model.decode_step(tgt[:, t], state) for t in range(6)], 1).float()
+    tolerance = PATH_TOLERANCE[dtype]
+    torch.testing.assert_close(full, expected, atol=tolerance, rtol=tolerance)
+    torch.testing.assert_close(steps, expected, atol=tolerance, rtol=tolerance)
+
+
 @torch.no_grad()
 def test_beams_decode_as_copies_of_their_source():
     """Rows sharing one cached source (beams) give what copies of that source give, through

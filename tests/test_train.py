@@ -358,7 +358,13 @@ def test_fresh_start_and_resume_forget_metrics_of_undone_steps(corpus_file, tmp_
 def test_decoding_keys_and_compile_may_change_on_resume(corpus_file, tmp_path):
     run = tmp_path / "run"
     train(tiny_config(corpus_file, run, "train.max_steps=2"))
-    changed = ("decode.beam=3", "decode.alpha=1.0", "decode.no_repeat_ngram=2", "train.keep_last=3")
+    changed = (
+        "decode.beam=3",
+        "decode.alpha=1.0",
+        "decode.no_repeat_ngram=2",
+        "decode.precision=bf16",
+        "train.keep_last=3",
+    )
     result = train(tiny_config(corpus_file, run, "train.max_steps=3", *changed))
     assert result["step"] == 3
 
