@@ -198,9 +198,7 @@ class Trainer:
             joint=config.tokenizer.joint,
         ).to(self.device)
         self.optimizer = build_optimizer(self.model, config.train, self.device)
-        self.autocast, why = precision_for(config.train.precision, self.device)
-        if self.main:
-            say(f"precision: {why}")
+        self.autocast, self.precision_why = precision_for(config.train.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
         self.state = TrainState()
         self._saved_step = -1
@@ -404,6 +402,8 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train until a stopping rule fires; returns how it ended."""
+        if self.main:  # the run's first line, once it is sure to run
+            say(f"precision: {self.precision_why}")
         with StopSignal() as stop:
             reason = self._loop(stop)
         if self.main:
