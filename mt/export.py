@@ -95,7 +95,7 @@ def export(
         "format": MANIFEST_FORMAT,
         "engine": fmt,
         "quantization": quantization,
-        "checkpoint": str(file),
+        "checkpoint": str(file.resolve()),
         "step": int(loaded.metadata.get("step", 0)),
         "bleu": _known_bleu(loaded.metadata),
         "command": shlex.join(["mt", *sys.argv[1:]]),
