@@ -264,7 +264,8 @@ def translate_nbest(
         exported.src_tokenizer.id_to_token(i)
         for i in range(exported.src_tokenizer.get_vocab_size())
     ]
-    limits = [int(len(x) * cfg.max_len_a + cfg.max_len_b) for x in ids]
+    # as decode.max_output_lengths: the source length counts its EOS
+    limits = [int((len(x) + 1) * cfg.max_len_a + cfg.max_len_b) for x in ids]
     limits = [min(n, exported.cfg.max_positions - 1) for n in limits]
     greedy = cfg.beam == 1 and cfg.nbest == 1
     out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
@@ -282,6 +283,7 @@ def translate_nbest(
         no_repeat_ngram_size=cfg.no_repeat_ngram,
         max_decoding_length=max(limits[i] for i in todo) + 1,  # room for EOS
         max_input_length=0,  # source_ids cut them already
+        min_decoding_length=0,  # CT2 forbids an empty output by default, renormalising
         return_scores=not greedy,
         suppress_sequences=[[pad], [bos]],
     )
