@@ -3,8 +3,8 @@ BLEU with greedy search and beam 5, peak memory and size on disk.
 
 Two models: a trained checkpoint (BLEU on the given test pairs), and a base.yaml-sized one
 (d_model 512, 6+6) as initialised, with the trained one's tokenizers: speed only. Each engine
-decodes in a process of its own, so that its peak resident memory is its own. Prints one
-JSON object.
+decodes in a process of its own, so that its peak resident memory is its own (mt's CT2 path
+imports torch too, through mt.translate). Prints one JSON object.
 
     python scripts/bench_export.py runs/bench/tatoeba_cpu \
         --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz [--threads 2]
@@ -68,17 +68,16 @@ def worker(engine: str, model: str, pairs: str, sentences: int, beam: int, threa
 
 
 def measure(engine: str, model: Path, args: argparse.Namespace, sentences: int, beam: int) -> dict:
-    """Run `worker` in a child process: its result and its peak resident memory (MiB)."""
+    """Run `worker` in a child process of its own: its speed, BLEU and peak memory."""
     command = [sys.executable, __file__, "--worker", engine, str(model), "--pairs", args.pairs]
     command += ["--sentences", str(sentences), "--beam", str(beam), "--threads", str(args.threads)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))  # no idle threads spinning
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     out = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
+    if child.wait() != 0:
         raise SystemExit(f"failed: {' '.join(command)}")
     print(f"{model.name} {engine} beam {beam}: {out.strip()}", file=sys.stderr, flush=True)
-    return dict(json.loads(out), peak_mib=usage.ru_maxrss / 1024)
+    return json.loads(out)
 
 
 def base_sized(trained: Path, folder: Path) -> Path:
