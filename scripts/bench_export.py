@@ -57,14 +57,14 @@ def worker(engine: str, model: str, pairs: str, sentences: int, beam: int, threa
         started = time.perf_counter()
         hypotheses = run(sources)
         seconds = time.perf_counter() - started
-    print(
-        json.dumps(
-            {
-                "sentences_per_s": len(sources) / seconds,
-                "bleu": score(hypotheses, references)["bleu"],
-            }
-        )
-    )
+    # VmHWM: this process's peak resident memory (ru_maxrss would keep the parent's across exec)
+    status = Path("/proc/self/status").read_text().split("VmHWM:")[1].split()
+    result = {
+        "sentences_per_s": len(sources) / seconds,
+        "bleu": score(hypotheses, references)["bleu"],
+        "peak_mib": int(status[0]) / 1024,
+    }
+    print(json.dumps(result))
 
 
 def measure(engine: str, model: Path, args: argparse.Namespace, sentences: int, beam: int) -> dict:
