@@ -379,7 +379,8 @@ def export_command(
     """
     from .export import export
 
-    typer.echo(f"wrote {export(checkpoint, out, fmt, quantization, force)}", err=True)
+    command = shlex.join(["mt", *sys.argv[1:]])
+    typer.echo(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}", err=True)
 
 
 # The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.

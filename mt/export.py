@@ -16,8 +16,6 @@ batches of about `batch_tokens` source tokens. PAD and BOS are never generated, 
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +63,10 @@ def export(
     fmt: str = "ctranslate2",
     quantization: str = "float32",
     force: bool = False,
+    command: str | None = None,
 ) -> Path:
-    """Write the exported folder `out` atomically and return its path."""
+    """Write the exported folder `out` atomically and return its path; `command`, the
+    command line that asked for it, goes to mt.json."""
     from . import checkpoint as ckpt
 
     if fmt not in FORMATS:
@@ -98,7 +98,7 @@ def export(
         "checkpoint": str(file.resolve()),
         "step": int(loaded.metadata.get("step", 0)),
         "bleu": _known_bleu(loaded.metadata),
-        "command": shlex.join(["mt", *sys.argv[1:]]),
+        "command": command,
         "src_tokenizer": str(src_file),
         "tgt_tokenizer": str(tgt_file),
         "config": cfg.to_dict(),
