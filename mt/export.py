@@ -6,9 +6,11 @@ default) as the position encodings, embeddings scaled by sqrt(d_model), tied mat
 once, EOS appended to every source as our encoder expects, BOS `<s>` starting the decoder,
 and the vocabulary as token strings. The folder also holds the tokenizers and `mt.json`.
 
-Decoding maps our options to CT2's: beam, n-best, the length penalty (CT2's, with
-`normalize_scores=False`, is GNMT's ((5 + L) / 6) ** alpha as ours), no-repeat n-grams,
-batches of about `batch_tokens` source tokens. PAD and BOS are never generated, as in ours.
+Decoding maps our options to CT2's: beam, n-best, `decode.alpha`, no-repeat n-grams,
+batches of about `batch_tokens` source tokens. CT2 divides a hypothesis's log-probability by
+L ** alpha, ours by GNMT's ((5 + L) / 6) ** alpha: its hypotheses are rescored with ours
+(greedy search is unaffected; the beam search itself may rarely differ). PAD and BOS are
+never generated, as in ours.
 
 `ctranslate2` is an optional extra (pip install 'mt[export]'), imported only in here.
 """
