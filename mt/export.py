@@ -262,10 +262,7 @@ def translate_nbest(
     from .translate import source_ids
 
     ids = source_ids(exported, exported.src_tokenizer, texts)
-    vocab = [
-        exported.src_tokenizer.id_to_token(i)
-        for i in range(exported.src_tokenizer.get_vocab_size())
-    ]
+    vocab = _tokens(exported.src_tokenizer)
     # as decode.max_output_lengths: the source length counts its EOS
     limits = [int((len(x) + 1) * cfg.max_len_a + cfg.max_len_b) for x in ids]
     limits = [min(n, exported.cfg.max_positions - 1) for n in limits]
@@ -296,9 +293,9 @@ def translate_nbest(
             out[i] = [(text, float("nan")) for text in tok.decode(tgt, hyps)]
             continue
         # CT2 ranks by logprob / L ** alpha, L counting EOS: rescored by ours, GNMT's
+        lengths = [len(h) + 1 for h in result.hypotheses]
         scores = [
-            s * (len(h) + 1) ** cfg.alpha / length_penalty(len(h) + 1, cfg.alpha)
-            for h, s in zip(hyps, result.scores)
+            s * n**cfg.alpha / length_penalty(n, cfg.alpha) for n, s in zip(lengths, result.scores)
         ]
         found = sorted(zip(tok.decode(tgt, hyps), scores), key=lambda p: -p[1])
         out[i] = found[: cfg.nbest]

@@ -280,8 +280,8 @@ def render_export(e: dict) -> list[str]:
         f"{e['threads']} thread(s), each engine in a process of its own (peak resident memory "
         f"is that process's), on {e['cpu']}. The trained model decodes the first "
         f"{e['trained']['sentences']} Tatoeba test sentences; a base.yaml-sized model (d_model "
-        f"512, 6+6) as initialised decodes {e['base']['sentences']} (speed only: its outputs "
-        "run to the length limit). Command: `python scripts/bench_export.py "
+        f"512, 6+6) as initialised decodes {e['base']['sentences']} (speed only: untrained, "
+        "its outputs have no meaning). Command: `python scripts/bench_export.py "
         "runs/bench/tatoeba_cpu --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz`.",
         "",
         "| model | engine | size MiB | greedy sent/s | BLEU | beam 5 sent/s | BLEU | peak MiB |",
