@@ -284,20 +284,43 @@ def render_export(e: dict) -> list[str]:
         "its outputs have no meaning). Command: `python scripts/bench_export.py "
         "runs/bench/tatoeba_cpu --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz`.",
         "",
-        "| model | engine | size MiB | greedy sent/s | BLEU | beam 5 sent/s | BLEU | peak MiB |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| model | engine | size MiB | greedy sent/s | BLEU | same as mt | beam 5 sent/s | BLEU "
+        "| same as mt | peak MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for model in ("trained", "base"):
         for engine in ("torch", "ct2-float32", "ct2-int8"):
             r = e[model][engine]
-            bleu = (lambda b: f"{b:.2f}") if model == "trained" else (lambda b: "-")
-            lines.append(
-                f"| {model} | {engine} | {r['size_mib']:.1f} | "
-                f"{r['beam1']['sentences_per_s']:.1f} | {bleu(r['beam1']['bleu'])} | "
-                f"{r['beam5']['sentences_per_s']:.1f} | {bleu(r['beam5']['bleu'])} | "
-                f"{max(r['beam1']['peak_mib'], r['beam5']['peak_mib']):.0f} |"
-            )
-    return [*lines, ""]
+            cells = [f"{r['size_mib']:.1f}"]
+            for b in (r["beam1"], r["beam5"]):
+                same = f"{b['same_as_torch']:.1%}" if "same_as_torch" in b else "-"
+                bleu = f"{b['bleu']:.2f}" if model == "trained" else "-"
+                cells += [f"{b['sentences_per_s']:.1f}", bleu, same]
+            peak = max(r["beam1"]["peak_mib"], r["beam5"]["peak_mib"])
+            lines.append(f"| {model} | {engine} | {' | '.join(cells)} | {peak:.0f} |")
+
+    def speedup(model: str, engine: str, beam: str) -> float:
+        return (
+            e[model][engine][beam]["sentences_per_s"] / e[model]["torch"][beam]["sentences_per_s"]
+        )
+
+    speedups = [
+        f"{model} {search}: CT2 float32 {speedup(model, 'ct2-float32', beam):.2f}x, "
+        f"int8 {speedup(model, 'ct2-int8', beam):.2f}x"
+        for model in ("trained", "base")
+        for search, beam in (("greedy", "beam1"), ("beam 5", "beam5"))
+    ]
+    return [
+        *lines,
+        "",
+        "Sentences/s against mt's: " + "; ".join(speedups) + '. "same as mt": the share of '
+        "sentences translated exactly as mt translates them (beam search may differ: CT2 ranks "
+        "hypotheses by log-probability / L^alpha during the search, mt by GNMT's penalty). CT2 "
+        "runs the whole search in C++ with fused attention kernels, where mt's loop is Python "
+        "over PyTorch operators; int8 adds quantized matrix products (AVX-512 VNNI) and a "
+        "quarter of the weight traffic.",
+        "",
+    ]
 
 
 def machine() -> str:

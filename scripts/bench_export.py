@@ -26,8 +26,11 @@ from pathlib import Path
 ENGINES = ("torch", "ct2-float32", "ct2-int8")
 
 
-def worker(engine: str, model: str, pairs: str, sentences: int, beam: int, threads: int) -> None:
-    """Decode in this process and print {sentences_per_s, bleu}."""
+def worker(
+    engine: str, model: str, pairs: str, sentences: int, beam: int, threads: int, out: str
+) -> None:
+    """Decode in this process, write the translations to `out` (a JSON list), and print
+    {sentences_per_s, bleu, peak_mib}."""
     import torch
 
     from mt import checkpoint, export
@@ -36,7 +39,7 @@ def worker(engine: str, model: str, pairs: str, sentences: int, beam: int, threa
     from mt.translate import translate
 
     torch.set_num_threads(threads)
-    found = read_pairs_jsonl(pairs, "en", "es")[:sentences]
+    found = read_pairs_jsonl(pairs, "en", "es")[: sentences or None]
     sources, references = [s for s, _ in found], [r for _, r in found]
     if engine == "torch":
         loaded = checkpoint.load(model)
@@ -64,13 +67,18 @@ def worker(engine: str, model: str, pairs: str, sentences: int, beam: int, threa
         "bleu": score(hypotheses, references)["bleu"],
         "peak_mib": int(status[0]) / 1024,
     }
+    Path(out).write_text(json.dumps(hypotheses), encoding="utf-8")
     print(json.dumps(result))
 
 
-def measure(engine: str, model: Path, args: argparse.Namespace, sentences: int, beam: int) -> dict:
-    """Run `worker` in a child process of its own: its speed, BLEU and peak memory."""
+def measure(
+    engine: str, model: Path, args: argparse.Namespace, sentences: int, beam: int, out: Path
+) -> dict:
+    """Run `worker` in a child process of its own: its speed, BLEU and peak memory; its
+    translations in `out`."""
     command = [sys.executable, __file__, "--worker", engine, str(model), "--pairs", args.pairs]
     command += ["--sentences", str(sentences), "--beam", str(beam), "--threads", str(args.threads)]
+    command += ["--hypotheses", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))  # no idle threads spinning
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     out = child.stdout.read()
@@ -109,16 +117,26 @@ def bench(name: str, file: Path, folder: Path, args: argparse.Namespace, sentenc
         out = export.export(file, folder / f"{name}-{quantization}", quantization=quantization)
         paths[f"ct2-{quantization}"] = out
         sizes[f"ct2-{quantization}"] = (out / "model.bin").stat().st_size
-    return {
+    found = {
         engine: {
             "size_mib": sizes[engine] / 2**20,
             **{
-                f"beam{beam}": measure(engine, paths[engine], args, sentences, beam)
+                f"beam{beam}": measure(
+                    engine, paths[engine], args, sentences, beam, folder / f"{name}-{engine}-{beam}"
+                )
                 for beam in (1, 5)
             },
         }
         for engine in ENGINES
     }
+    # the share of sentences translated exactly as mt translates them, greedy and beam 5
+    for beam in (1, 5):
+        ours = json.loads((folder / f"{name}-torch-{beam}").read_text(encoding="utf-8"))
+        for engine in ENGINES[1:]:
+            theirs = json.loads((folder / f"{name}-{engine}-{beam}").read_text(encoding="utf-8"))
+            same = sum(a == b for a, b in zip(ours, theirs)) / len(ours)
+            found[engine][f"beam{beam}"]["same_as_torch"] = same
+    return {"sentences": len(ours), **found}
 
 
 def cpu() -> str:
@@ -134,14 +152,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint")
     parser.add_argument("--pairs", required=True)
-    parser.add_argument("--sentences", type=int, default=1000, help="of the trained model")
+    parser.add_argument("--sentences", type=int, default=0, help="of the trained model; 0: all")
     parser.add_argument("--base-sentences", type=int, default=200, help="of the base-sized one")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--beam", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--hypotheses", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker, args.checkpoint, args.pairs, args.sentences, args.beam, args.threads)
+        worker(
+            args.worker,
+            args.checkpoint,
+            args.pairs,
+            args.sentences,
+            args.beam,
+            args.threads,
+            args.hypotheses,
+        )
         return
 
     import ctranslate2
@@ -158,13 +185,9 @@ def main() -> None:
             "pairs": args.pairs,
             "trained": {
                 "checkpoint": str(trained),
-                "sentences": args.sentences,
                 **bench("trained", trained, folder, args, args.sentences),
             },
-            "base": {
-                "sentences": args.base_sentences,
-                **bench("base", base_sized(trained, folder), folder, args, args.base_sentences),
-            },
+            "base": bench("base", base_sized(trained, folder), folder, args, args.base_sentences),
         }
     print(json.dumps(results))
 
