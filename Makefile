@@ -14,7 +14,7 @@ $(BIN)/mt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
-	$(BIN)/pip install --quiet -e ".[dev,plot]"
+	$(BIN)/pip install --quiet -e ".[dev,plot,export]"
 	@touch $@
 
 test: install

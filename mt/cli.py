@@ -109,21 +109,69 @@ def _load_for_decoding(
     config: str | None,
     overrides: list[str] | None,
     device: str,
+    engine: str = "torch",
+    threads: int = 0,
     **options: int | None,
 ):
-    """The checkpoint's model and the config to decode with: its own, then --config's decode
+    """The model to decode with (a checkpoint's, or an exported folder's with --engine
+    ctranslate2 or auto) and the config to decode with: its own, then --config's decode
     section, then --set decode.*, then the command's own options (--beam ...): one rule
     checks them all."""
     from . import checkpoint as ckpt
+    from . import export
     from .config import decoding_config
     from .device import pick_device
 
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine {engine}: unknown (known: {', '.join(ENGINES)})")
     path = checkpoint or ckpt.newest_run()
-    trained = ckpt.read_config(path)  # cheap: the model is built after the options are checked
+    exported = export.is_exported(path)
+    if engine == "auto":
+        engine = "ctranslate2" if exported else "torch"
+    if (engine == "ctranslate2") != exported:
+        raise ConfigError(
+            f"{path}: --engine {engine} needs "
+            + ("a checkpoint, not an exported folder" if exported else "a folder from mt export")
+        )
+    # cheap: the model is loaded after the options are checked
+    trained = export.read_config(path) if exported else ckpt.read_config(path)
     given = [f"decode.{key}={value}" for key, value in options.items() if value is not None]
     cfg = decoding_config(trained, config, [*(overrides or []), *given], device)
     dev = pick_device(cfg.run.device)
+    if exported:
+        return export.load(path, str(dev), threads), cfg, dev
     return ckpt.load(path, dev), cfg, dev
+
+
+def _translate_nbest(loaded, texts: list[str], cfg: Config, dev, progress: bool):
+    """translate_nbest of mt.translate, or of mt.export for an exported folder."""
+    from .export import Exported
+    from .export import translate_nbest as ct2_translate_nbest
+    from .translate import translate_nbest
+
+    if isinstance(loaded, Exported):
+        return ct2_translate_nbest(loaded, texts, cfg.decode)
+    return translate_nbest(
+        loaded.model,
+        loaded.src_tokenizer,
+        loaded.tgt_tokenizer,
+        texts,
+        cfg.decode,
+        device=dev,
+        progress=progress,
+    )
+
+
+ENGINES = ("auto", "torch", "ctranslate2")
+EngineOption = Annotated[
+    str,
+    typer.Option(
+        help="auto (ctranslate2 for a folder from mt export, else torch), torch or ctranslate2."
+    ),
+]
+ThreadsOption = Annotated[
+    int, typer.Option(help="CPU threads of the ctranslate2 engine; 0: its default.")
+]
 
 
 CheckpointOption = Annotated[
@@ -168,6 +216,8 @@ def translate_command(
     ] = None,
     batch_tokens: BatchTokensOption = None,
     device: DeviceOption = "auto",
+    engine: EngineOption = "auto",
+    threads: ThreadsOption = 0,
 ) -> None:
     """Translate English to Spanish: arguments, a file, stdin, or an interactive prompt.
 
@@ -175,7 +225,6 @@ def translate_command(
     RANK from 1, SCORE the length-normalised log-probability).
     """
     from .data import read_lines
-    from .translate import translate_nbest
 
     if texts and file:
         raise ConfigError("give sentences as arguments or --file, not both")
@@ -186,19 +235,19 @@ def translate_command(
     if not lines and not file and not interactive:
         lines = read_lines("-", "stdin")
     loaded, cfg, dev = _load_for_decoding(
-        checkpoint, config, set_, device, beam=beam, nbest=nbest, batch_tokens=batch_tokens
+        checkpoint,
+        config,
+        set_,
+        device,
+        engine,
+        threads,
+        beam=beam,
+        nbest=nbest,
+        batch_tokens=batch_tokens,
     )
 
     def run(batch: list[str]) -> None:
-        out = translate_nbest(
-            loaded.model,
-            loaded.src_tokenizer,
-            loaded.tgt_tokenizer,
-            batch,
-            cfg.decode,
-            device=dev,
-            progress=len(batch) > 100,
-        )
+        out = _translate_nbest(loaded, batch, cfg, dev, progress=len(batch) > 100)
         for i, found in enumerate(out):
             if cfg.decode.nbest == 1:
                 typer.echo(found[0][0])
@@ -221,7 +270,10 @@ def translate_command(
 
 @app.command(name="evaluate")
 def evaluate_command(
-    checkpoint: Annotated[str, typer.Argument(help="Run folder, checkpoint folder or file.")],
+    checkpoint: Annotated[
+        str,
+        typer.Argument(help="Run folder, checkpoint folder or file, or a folder from mt export."),
+    ],
     split: Annotated[
         str, typer.Option(help="The run's own split to decode: test or valid.")
     ] = "test",
@@ -238,6 +290,8 @@ def evaluate_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     batch_tokens: BatchTokensOption = None,
     device: DeviceOption = "auto",
+    engine: EngineOption = "auto",
+    threads: ThreadsOption = 0,
 ) -> None:
     """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
     import time
@@ -245,23 +299,16 @@ def evaluate_command(
     from . import checkpoint as ckpt
     from .evaluate import evaluation_set, score
     from .files import atomic_write_text
-    from .translate import translate
 
     loaded, cfg, dev = _load_for_decoding(
-        checkpoint, config, set_, device, beam=beam, batch_tokens=batch_tokens
+        checkpoint, config, set_, device, engine, threads, beam=beam, batch_tokens=batch_tokens
     )
-    run_dir = ckpt.run_dir_of(loaded.path, cfg)
+    # an exported folder evaluates on the split of the run it was exported from
+    trained_from = Path(getattr(loaded, "manifest", {}).get("checkpoint", loaded.path))
+    run_dir = ckpt.run_dir_of(trained_from, cfg)
     name, sources, references = evaluation_set(run_dir, cfg, split, pairs, src, ref)
     started = time.perf_counter()
-    hypotheses = translate(
-        loaded.model,
-        loaded.src_tokenizer,
-        loaded.tgt_tokenizer,
-        sources,
-        cfg.decode,
-        device=dev,
-        progress=True,
-    )
+    hypotheses = [h[0][0] for h in _translate_nbest(loaded, sources, cfg, dev, progress=True)]
     seconds = time.perf_counter() - started
     result = dict(
         score(hypotheses, references),
@@ -314,6 +361,29 @@ def average(
         files = [ckpt.resolve(c) for c in checkpoints]
     ckpt.average(files, Path(out))
     typer.echo(f"averaged {len(files)} checkpoints into {out}", err=True)
+
+
+@app.command(name="export")
+def export_command(
+    checkpoint: Annotated[
+        str, typer.Argument(help="Run folder (its best, else last), checkpoint folder or file.")
+    ],
+    out: Annotated[str, typer.Option(help="The folder to write.")],
+    fmt: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
+    quantization: Annotated[
+        str, typer.Option(help="int8, int8_float32, bfloat16, float16 or float32.")
+    ] = "float32",
+    force: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
+) -> None:
+    r"""Export a checkpoint (or mt average's output) for serving with CTranslate2.
+
+    The folder holds the CT2 model, the tokenizers and mt.json; mt translate and mt evaluate
+    accept it. Needs ctranslate2: pip install 'mt\[export]'.
+    """
+    from .export import export
+
+    command = shlex.join(["mt", *sys.argv[1:]])
+    typer.echo(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}", err=True)
 
 
 # The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.
