@@ -192,8 +192,6 @@ class Trainer:
         ).to(self.device)
         self.optimizer = build_optimizer(self.model, config.train, self.device)
         self.autocast, why = precision_for(config.train.precision, self.device)
-        if self.main:
-            say(f"precision: {why}")
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
         self.state = TrainState()
         self._saved_step = -1
@@ -216,6 +214,8 @@ class Trainer:
                 t, state.step, state.elapsed, update_s, state.validate_s, state.save_s
             )
             say(f"train.max_minutes grew to {t.max_minutes:g}: about {state.horizon} updates")
+        if self.main:  # once nothing refuses the run: an error is the only line then
+            say(f"precision: {why}")
         self.net = self._wrap(self.model)
 
     # ------------------------------------------------------------------ set-up
