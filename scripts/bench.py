@@ -95,7 +95,9 @@ def step_prepare(data: Path, results: dict) -> None:
 
 def step_speed(data: Path, results: dict) -> None:
     out, _ = run([PY, "scripts/bench_train_speed.py", "--data", str(data)])
-    results["speed"] = {**last_json(out), "matmul_gflops": matmul_gflops()}
+    # one line per precision: float32 first, then bf16 (or fp16) where it pays on this machine
+    fp32, *reduced = [json.loads(line) for line in out.strip().splitlines()]
+    results["speed"] = {**fp32, "matmul_gflops": matmul_gflops(), "reduced": reduced}
 
 
 def matmul_gflops() -> float:
@@ -415,25 +417,33 @@ def render(results: dict) -> str:
         ]
     if "speed" in results:
         s = results["speed"]
-        ours, ref = s["tokens_per_s"]["ours"], s["tokens_per_s"]["torch.nn.Transformer"]
+        rows = [s, *s.get("reduced", [])]  # no "reduced" in results from before it was measured
         lines += [
             "## Training speed: ours against torch.nn.Transformer",
             "",
             f"Same shape ({', '.join(f'{k} {v}' for k, v in s['shape'].items())}), same "
             f"Tatoeba batches of {s['max_tokens']} tokens (padding {s['padding']:.1%}), "
-            f"{s['updates_per_model']} updates each, the two models alternating batch by "
-            "batch in one process, "
-            f"{s['device']}, {s['precision']}, {s['threads']} threads. "
-            "Command: `python scripts/bench_train_speed.py --data ../shared/data`.",
+            f"{s['updates_per_model']} updates each, the models alternating batch by "
+            f"batch in one process, {s['device']}, {s['threads']} threads; "
+            "`mt, SDPA attention` is mt with SDPA's fused attention in every precision "
+            "(see `mt.model.explicit_attention`). Float32, and bf16 (fp16 on older GPUs) "
+            "where `precision: auto` picks it: "
+            + ("here too." if len(rows) > 1 else "not here (no AMX bf16 units, no GPU).")
+            + " Command: `python scripts/bench_train_speed.py --data ../shared/data`.",
             "",
-            "| model | target tokens/s |",
-            "|---|---:|",
-            f"| mt | {ours:,.0f} |",
-            f"| torch.nn.Transformer | {ref:,.0f} |",
-            "",
-            f"**Ratio ours / reference: {s['ratio_ours_over_reference']:.2f}**",
-            "",
+            "| precision | mt | mt, SDPA attention | torch.nn.Transformer | mt / reference |",
+            "|---|---:|---:|---:|---:|",
         ]
+        for r in rows:
+            speed = r["tokens_per_s"]
+            sdpa = speed.get("ours, SDPA attention")  # not measured before explicit attention
+            lines.append(
+                f"| {r['precision']} | {speed['ours']:,.0f} | "
+                + (f"{sdpa:,.0f}" if sdpa else "-")
+                + f" | {speed['torch.nn.Transformer']:,.0f} | "
+                f"**{r['ratio_ours_over_reference']:.2f}** |"
+            )
+        lines.append("")
         if "matmul_gflops" in s:  # not in results from before it was measured
             lines += [
                 f"The same run measured fp32 matrix products at {s['matmul_gflops']:.0f} "
