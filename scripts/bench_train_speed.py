@@ -29,8 +29,8 @@ from torch import nn
 from mt.config import load_config
 from mt.data import collate, prepare, token_batches
 from mt.device import cpu_amx_bf16, cpu_flags, precision_for
+from mt.loss import smoothed_loss
 from mt.model import PAD, Transformer, sinusoids
-from mt.train import smoothed_loss
 
 
 class Reference(nn.Module):

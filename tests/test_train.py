@@ -19,9 +19,10 @@ from conftest import HELD_OUT, mt_executable
 from mt import checkpoint
 from mt.config import Config, load_config
 from mt.errors import ConfigError, MtError
+from mt.loss import smoothed_loss
 from mt.model import PAD
 from mt.schedule import learning_rate
-from mt.train import Trainer, smoothed_loss, train
+from mt.train import Trainer, train
 
 
 def tiny_config(corpus: Path, run_dir: Path, *overrides: str) -> Config:
