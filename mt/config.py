@@ -120,6 +120,11 @@ class TrainConfig:
     # GPUs, fp32 elsewhere; weights and checkpoints stay float32 in every precision
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     compile: bool = resumable(False)  # torch.compile the model
+    # stop a run that diverged or collapsed with a one-line diagnosis, exit status 3
+    # (mt/health.py says what each check looks for); a run so stopped resumes only with a
+    # health setting changed
+    health_checks: bool = resumable(True)
+    health_patience: int = resumable(3)  # validations after the warm-up that look collapsed
 
 
 @dataclass
@@ -292,6 +297,7 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         "train.keep_last": t.keep_last,
         "train.log_every": t.log_every,
         "train.warmup_steps": t.warmup_steps,
+        "train.health_patience": t.health_patience,
         "decode.beam": d.beam,
         "decode.nbest": d.nbest,
         "decode.batch_tokens": d.batch_tokens,

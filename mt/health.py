@@ -1,0 +1,127 @@
+"""Health checks: a run that collapsed or diverged stops with a diagnosis, instead of spending
+its budget and exiting 0 as if it had learned.
+
+They are judged where the trainer reads numbers to the host anyway (an update's loss, a
+training log line, a validation), from a short history kept in the training state, so a
+resumed run judges as the uninterrupted one would. A check that fires returns a `Diagnosis`:
+its name, for `metrics.jsonl`, and one line naming what was seen, the likely cause and the
+setting to change.
+
+- diverged: the loss was not a finite number in MAX_BAD_UPDATES updates in a row, or a logged
+  window's gradient norm was not.
+- exploded: a logged window's mean gradient norm is EXPLOSION times the median of the earlier
+  ones: the updates are about to wreck the weights.
+- collapsed: `train.health_patience` validations in a row after the warm-up translate nothing
+  (BLEU below BLEU_FLOOR), predict the target no better than the frequencies of its tokens
+  (validation NLL at least UNIGRAM_SHARE of the unigram entropy of the training targets) and
+  are not on their way down (the NLL fell less than PROGRESS across them). The model has
+  stopped using the source: the failure of a post-norm Transformer warmed up too briefly for
+  its learning rate (Xiong et al. 2020, "On Layer Normalization in the Transformer
+  Architecture"). Measured on the Tatoeba files (CPU, 6+6 layers at d_model 64, lr 5e-3, 10
+  warm-up updates): post-norm sat at NLL 1.01x the unigram entropy for 300 updates, BLEU 0;
+  pre-norm went on down (0.86x at update 300, a validation NLL falling 2% or more between
+  validations); a healthy run passes the unigram level within its first updates.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import Config
+
+MAX_BAD_UPDATES = 5  # consecutive non-finite losses before the run is called diverged
+EXPLOSION = 100.0  # a window's gradient norm this many times the earlier median has exploded
+BLEU_FLOOR = 1.0  # validation BLEU below this translates nothing
+UNIGRAM_SHARE = 0.9  # NLL above this share of the unigram entropy: no use of the source
+PROGRESS = 0.01  # an NLL falling less than this fraction across the validations judged: stuck
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    check: str  # diverged, exploded or collapsed
+    message: str  # one line: what was seen, the likely cause, the setting to change
+
+
+def _fixes(config: Config) -> str:
+    """The settings that cure an unstable start, the likeliest first."""
+    post_norm = "set model.norm_first=true (pre-norm), " if not config.model.norm_first else ""
+    return f"{post_norm}lengthen the warm-up (train.warmup_steps) or lower train.lr"
+
+
+def unigram_entropy(targets: Sequence[np.ndarray], end: int) -> float:
+    """Entropy in nats of the target tokens' frequencies, each sentence ended by `end` (the
+    labels the loss sees): the NLL of a model that ignores the source and the context."""
+    if not targets:
+        return 0.0
+    counts = np.bincount(np.concatenate([*targets, np.full(len(targets), end)]))
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def diverged(config: Config, step: int, bad_updates: int) -> Diagnosis | None:
+    """After an update whose loss was not finite (`bad_updates` in a row, at update `step`)."""
+    if bad_updates < MAX_BAD_UPDATES:
+        return None
+    clip = "" if config.train.clip_norm else "set train.clip_norm (1.0), "
+    return Diagnosis(
+        "diverged",
+        f"diverged: the loss was not a finite number in {bad_updates} updates in a row at "
+        f"step {step}; {clip}{_fixes(config)}",
+    )
+
+
+def check_gradients(config: Config, step: int, norms: Sequence[float]) -> Diagnosis | None:
+    """At a training log line: `norms` are the mean gradient norms of the logged windows,
+    oldest first, this one last (before clipping)."""
+    if not norms:
+        return None
+    norm = norms[-1]
+    if not math.isfinite(norm):
+        return Diagnosis(
+            "diverged",
+            f"diverged: the gradient norm was {norm} at step {step}; {_fixes(config)}",
+        )
+    if len(norms) < 5:  # too little history to know what is usual
+        return None
+    usual = statistics.median(norms[:-1])
+    if norm < EXPLOSION * usual:
+        return None
+    clip = "" if config.train.clip_norm else "set train.clip_norm (1.0), "
+    return Diagnosis(
+        "exploded",
+        f"exploded: the gradient norm reached {norm:.3g} at step {step}, {norm / usual:.0f} "
+        f"times its usual {usual:.3g}; {clip}{_fixes(config)}",
+    )
+
+
+def check_validations(
+    config: Config, validations: Sequence[Sequence[float]], warmup: int, unigram: float
+) -> Diagnosis | None:
+    """At a validation: `validations` are (step, NLL, BLEU) of the run's validations, oldest
+    first; `warmup` the warm-up's length in updates; `unigram` the targets' unigram entropy."""
+    k = config.train.health_patience
+    judged = [v for v in validations if v[0] > warmup][-k:]
+    if len(judged) < k or not unigram:
+        return None
+    if any(bleu >= BLEU_FLOOR or nll < UNIGRAM_SHARE * unigram for _, nll, bleu in judged):
+        return None
+    if judged[-1][1] < (1 - PROGRESS) * judged[0][1]:
+        return None
+    (first, *_), (last, nll, _) = judged[0], judged[-1]
+    cause = (
+        "as a post-norm model warmed up too briefly for its learning rate does"
+        if not config.model.norm_first
+        else "likely a learning rate too high for its warm-up"
+    )
+    return Diagnosis(
+        "collapsed",
+        f"collapsed: BLEU below {BLEU_FLOOR:g} in {k} validations from step {first:.0f} to "
+        f"{last:.0f}, and a loss no better than guessing the target's token frequencies "
+        f"(NLL {nll:.2f} against their entropy {unigram:.2f}): the model ignores the source, "
+        f"{cause}; {_fixes(config)}",
+    )

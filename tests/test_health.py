@@ -1,0 +1,103 @@
+"""Health checks as pure functions, on histories measured on the CPU (Tatoeba files, 6+6
+layers at d_model 64, lr 5e-3 and 10 warm-up updates): post-norm collapsed, pre-norm learned."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mt.config import Config, load_config
+from mt.errors import ConfigError
+from mt.health import (
+    check_gradients,
+    check_validations,
+    diverged,
+    unigram_entropy,
+)
+
+UNIGRAM = 5.930  # entropy of the Tatoeba training targets' tokens, 2,000-token vocabulary
+# (step, validation NLL, BLEU) every 50 updates
+POST_NORM = [(50, 6.019, 0.01), (100, 6.0, 0.0), (150, 5.999, 0.0), (200, 5.983, 0.0)]
+PRE_NORM = [(50, 5.606, 0.2), (100, 5.383, 0.0), (150, 5.247, 0.06), (200, 5.141, 0.06)]
+
+
+def config(norm_first: bool = False, **train) -> Config:
+    cfg = Config()
+    cfg.model.norm_first = norm_first
+    for key, value in train.items():
+        setattr(cfg.train, key, value)
+    return cfg
+
+
+def test_unigram_entropy_counts_the_end_of_each_sentence():
+    targets = [np.array([4, 5]), np.array([6])]  # with the end token 3: 3, 3, 4, 5, 6
+    p = np.array([2, 1, 1, 1]) / 5
+    assert unigram_entropy(targets, 3) == pytest.approx(-(p * np.log(p)).sum())
+    assert unigram_entropy([np.array([7])] * 3, 3) == pytest.approx(math.log(2))
+
+
+def test_a_collapsed_post_norm_run_is_called_at_the_third_validation():
+    cfg = config()
+    assert check_validations(cfg, POST_NORM[:2], 10, UNIGRAM) is None  # not yet 3 of them
+    found = check_validations(cfg, POST_NORM[:3], 10, UNIGRAM)
+    assert found.check == "collapsed" and "\n" not in found.message
+    assert "from step 50 to 150" in found.message and "NLL 6.00 against" in found.message
+    assert "model.norm_first=true" in found.message and "train.warmup_steps" in found.message
+    assert "norm_first" not in check_validations(config(True), POST_NORM, 10, UNIGRAM).message
+
+
+def test_a_learning_run_is_never_called_collapsed():
+    for end in range(1, len(PRE_NORM) + 1):
+        assert check_validations(config(True), PRE_NORM[:end], 10, UNIGRAM) is None
+
+
+@pytest.mark.parametrize(
+    "history, warmup",
+    [
+        (POST_NORM[:3], 50),  # validations during the warm-up are not judged
+        ([*POST_NORM[:2], (150, 5.999, 1.5)], 10),  # it translates something
+        ([(50, 6.1, 0.0), (100, 6.0, 0.0), (150, 5.9, 0.0)], 10),  # still falling (3%)
+        ([(50, 6.0, 0.0), (100, 6.0, 0.0), (150, 5.3, 0.0)], 10),  # below 0.9 x unigram
+    ],
+)
+def test_each_condition_of_a_collapse_is_needed(history, warmup):
+    assert check_validations(config(), history, warmup, UNIGRAM) is None
+
+
+def test_health_patience_is_the_number_of_validations_judged():
+    assert check_validations(config(health_patience=4), POST_NORM[:3], 10, UNIGRAM) is None
+    assert check_validations(config(health_patience=4), POST_NORM, 10, UNIGRAM)
+
+
+def test_gradient_norms_that_explode_or_are_not_finite():
+    usual = [1.0, 0.8, 1.2, 0.9]
+    assert check_gradients(config(), 500, [*usual, 50.0]) is None
+    found = check_gradients(config(), 500, [*usual, 150.0])
+    assert found.check == "exploded" and "150 at step 500, 158 times its usual 0.95" in (
+        found.message
+    )
+    assert "train.clip_norm" in found.message
+    assert "clip_norm" not in check_gradients(config(clip_norm=1.0), 5, [*usual, 150.0]).message
+    assert check_gradients(config(), 5, [0.1, 150.0]) is None  # too little history
+    assert check_gradients(config(), 5, [math.inf]).check == "diverged"
+    assert "was nan at step 5" in check_gradients(config(), 5, [*usual, math.nan]).message
+
+
+def test_non_finite_losses_in_a_row_diverge():
+    assert diverged(config(), 7, 4) is None
+    found = diverged(config(), 7, 5)
+    assert found.check == "diverged" and "5 updates in a row at step 7" in found.message
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("train.health_patience=0", "train.health_patience: must be positive, got 0"),
+        ("train.health_checks=maybe", "train.health_checks: expected true or false"),
+    ],
+)
+def test_health_settings_out_of_range(item, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("tiny.yaml", ["data.source=hub", item])
