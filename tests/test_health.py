@@ -18,9 +18,21 @@ from mt.health import (
 )
 
 UNIGRAM = 5.930  # entropy of the Tatoeba training targets' tokens, 2,000-token vocabulary
-# (step, validation NLL, BLEU) every 50 updates
-POST_NORM = [(50, 6.019, 0.01), (100, 6.0, 0.0), (150, 5.999, 0.0), (200, 5.983, 0.0)]
-PRE_NORM = [(50, 5.606, 0.2), (100, 5.383, 0.0), (150, 5.247, 0.06), (200, 5.141, 0.06)]
+# (step, training NLL, validation NLL, BLEU) every 50 updates
+POST_NORM = [
+    (50, 6.11, 6.019, 0.01),
+    (100, 6.03, 6.0, 0),
+    (150, 5.87, 5.999, 0),
+    (200, 6.05, 5.983, 0),
+]
+PRE_NORM = [
+    (50, 5.77, 5.606, 0.2),
+    (100, 5.4, 5.383, 0),
+    (150, 5.05, 5.247, 0.06),
+    (200, 5.27, 5.141, 0.06),
+]
+POST_NORM_100 = [(150, 5.81, 5.892, 0.0), (200, 5.86, 5.725, 0.16), (250, 5.58, 5.682, 0.0)]
+# (100 warm-up updates)
 
 
 def config(norm_first: bool = False, **train) -> Config:
@@ -51,15 +63,18 @@ def test_a_collapsed_post_norm_run_is_called_at_the_third_validation():
 def test_a_learning_run_is_never_called_collapsed():
     for end in range(1, len(PRE_NORM) + 1):
         assert check_validations(config(True), PRE_NORM[:end], 10, UNIGRAM) is None
+    assert check_validations(config(), POST_NORM_100, 100, UNIGRAM) is None
 
 
 @pytest.mark.parametrize(
     "history, warmup",
     [
         (POST_NORM[:3], 50),  # validations during the warm-up are not judged
-        ([*POST_NORM[:2], (150, 5.999, 1.5)], 10),  # it translates something
-        ([(50, 6.1, 0.0), (100, 6.0, 0.0), (150, 5.9, 0.0)], 10),  # still falling (3%)
-        ([(50, 6.0, 0.0), (100, 6.0, 0.0), (150, 5.3, 0.0)], 10),  # below 0.9 x unigram
+        ([*POST_NORM[:2], (150, 5.9, 5.999, 1.5)], 10),  # it translates something
+        ([(50, 6, 6.1, 0), (100, 6, 6.0, 0), (150, 6, 5.9, 0)], 10),  # still falling (3%)
+        ([(50, 6, 6.0, 0), (100, 6, 6.0, 0), (150, 6, 5.3, 0)], 10),  # below 0.9 x unigram
+        ([(50, 6, 6.0, 0), (100, 6, 6.0, 0), (150, 3, 6.0, 0)], 10),  # over-fits: it learns
+        ([(50, 6, 6.0, 0), (100, 6, 6.0, 0), (150, math.nan, 6.0, 0)], 10),  # no log yet
     ],
 )
 def test_each_condition_of_a_collapse_is_needed(history, warmup):
