@@ -60,7 +60,7 @@ def save(
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write `step-N/` atomically and return its path."""
-    final = ckpt_dir / f"step-{step:08d}"
+    final = step_dir(ckpt_dir, step)
     with atomic_path(final) as tmp:  # saved again at the same step (best, then last): replaced
         tmp.mkdir()
         save_weights(tmp / WEIGHTS, model.state_dict(), metadata(config, tokenizers, step, extra))
@@ -108,14 +108,23 @@ def point(ckpt_dir: Path, name: str, target: Path) -> None:
         os.symlink(target.name, tmp)
 
 
+def step_dir(ckpt_dir: Path, step: int) -> Path:
+    """The folder of the checkpoint saved after update `step`."""
+    return ckpt_dir / f"step-{step:08d}"
+
+
+def step_dirs(ckpt_dir: Path) -> list[Path]:
+    """The step folders under `ckpt_dir`, oldest first (none if it does not exist)."""
+    steps = [(int(m.group(1)), p) for p in ckpt_dir.glob("step-*") if (m := STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(steps)]
+
+
 def prune(ckpt_dir: Path, keep_last: int) -> None:
     """Remove all but the newest `keep_last` step checkpoints and those best/last refer to."""
-    steps = sorted(
-        (int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := STEP_DIR.match(p.name))
-    )
-    keep = {p.resolve() for _, p in steps[-keep_last:]}
+    steps = step_dirs(ckpt_dir)
+    keep = {p.resolve() for p in steps[-keep_last:]}
     keep |= {(ckpt_dir / link).resolve() for link in ("last", "best") if (ckpt_dir / link).exists()}
-    for _, path in steps:
+    for path in steps:
         if path.resolve() not in keep:
             remove(path)
     for leftover in ckpt_dir.glob(".step-*"):  # temporaries of an interrupted save
@@ -124,12 +133,7 @@ def prune(ckpt_dir: Path, keep_last: int) -> None:
 
 def newest_steps(ckpt_dir: Path, count: int) -> list[Path]:
     """Weights files of the newest `count` step checkpoints, oldest first."""
-    steps = sorted(
-        (int(m.group(1)), p)
-        for p in ckpt_dir.glob("step-*")
-        if (m := STEP_DIR.match(p.name)) and (p / WEIGHTS).is_file()
-    )
-    return [p / WEIGHTS for _, p in steps[-count:]]
+    return [p / WEIGHTS for p in step_dirs(ckpt_dir) if (p / WEIGHTS).is_file()][-count:]
 
 
 def average(files: list[Path], out: Path) -> None:
@@ -177,12 +181,8 @@ def is_complete(step_dir: Path) -> bool:
 
 def newest_complete(ckpt_dir: Path) -> Path | None:
     """The newest step folder a run can resume from, None if there is none."""
-    steps = sorted(
-        (int(m.group(1)), p)
-        for p in ckpt_dir.glob("step-*")
-        if (m := STEP_DIR.match(p.name)) and is_complete(p)
-    )
-    return steps[-1][1] if steps else None
+    complete = [p for p in step_dirs(ckpt_dir) if is_complete(p)]
+    return complete[-1] if complete else None
 
 
 def meta_json(meta: dict[str, str], key: str, file: Path) -> Any:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .config import Config, TrainConfig
-
-DECAYING = ("cosine", "linear")
+from .config import DECAYING, Config, TrainConfig
 
 
 def time_fitted(t: TrainConfig) -> bool:

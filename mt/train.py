@@ -10,7 +10,6 @@ own share of each epoch's batches, only rank 0 writes files.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import signal
@@ -27,7 +26,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from . import checkpoint
+from . import checkpoint, metrics
 from .config import (
     Config,
     TrainConfig,
@@ -39,9 +38,9 @@ from .config import (
 from .data import SPLITS, Split, collate, inputs_of, prepare, token_batches
 from .device import autocast, pick_device, precision_for
 from .errors import ConfigError, MtError
-from .files import atomic_write_text, remove
+from .files import remove
 from .loss import smoothed_loss
-from .model import PAD, Transformer
+from .model import PAD, Transformer, max_length
 from .schedule import DECAYING, fit_horizon, learning_rate, time_fitted, warmup_updates
 
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before training gives up
@@ -150,7 +149,6 @@ class Trainer:
         self.config, self.resume_hint, self.clock = config, resume_hint, clock
         self.run_dir = Path(config.run.dir)
         self.ckpt_dir = self.run_dir / "checkpoints"
-        self.metrics_path = self.run_dir / "metrics.jsonl"
         self._start_processes()
         resume = self._resume_point(restart)
         self._prepare_data()
@@ -169,7 +167,7 @@ class Trainer:
         if resume is not None:
             self._load(resume)
         elif self.main:  # a run started over: metrics of an earlier attempt are not its own
-            self._truncate_metrics(0)
+            metrics.forget_after(self.run_dir, 0)
         t = config.train
         if t.schedule in DECAYING and t.max_steps:
             self.state.horizon = t.max_steps
@@ -235,7 +233,7 @@ class Trainer:
         if restart:
             if self.main:
                 remove(self.ckpt_dir)
-                self.metrics_path.unlink(missing_ok=True)
+                (self.run_dir / metrics.FILE).unlink(missing_ok=True)
             self._barrier()
             return None
         path = last.resolve() if checkpoint.is_complete(last) else None
@@ -318,16 +316,8 @@ class Trainer:
             torch.cuda.set_rng_state(self.state.rng["cuda"][self.rank], self.device)
         self._saved_step = self.state.step
         if self.main:
-            self._truncate_metrics(self.state.step)
+            metrics.forget_after(self.run_dir, self.state.step)
             say(f"resuming from {path} (step {self.state.step}, epoch {self.state.epoch})")
-
-    def _truncate_metrics(self, step: int) -> None:
-        """Forget metrics logged after `step`: they are about to be redone."""
-        if self.metrics_path.is_file():
-            lines = self.metrics_path.read_text(encoding="utf-8").splitlines(keepends=True)
-            kept = [line for line in lines if _record_step(line) <= step]
-            if kept != lines:
-                atomic_write_text(self.metrics_path, "".join(kept))
 
     # ------------------------------------------------------------------ the loop
 
@@ -554,8 +544,7 @@ class Trainer:
 
     def _log(self, record: dict[str, Any]) -> None:
         if self.main:
-            with open(self.metrics_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            metrics.append(self.run_dir, record)
 
     def _log_train(self, window: dict[str, float], bar: tqdm) -> None:
         tokens = window["tokens"] * self.world  # every rank trains on as many tokens
@@ -666,7 +655,7 @@ class Trainer:
     def _save(self) -> Path:
         """Save `step-N`, point `last` at it, prune old ones. Every rank calls it (their
         generator states are gathered); rank 0 alone writes, and the others wait for it."""
-        path = self.ckpt_dir / f"step-{self.state.step:08d}"
+        path = checkpoint.step_dir(self.ckpt_dir, self.state.step)
         if self._saved_step == self.state.step:
             return path
         self._saved_step = self.state.step
@@ -757,7 +746,7 @@ def validation_loss(
     tgt_lengths = np.fromiter(map(len, split.tgt), np.int64)
     loss_sum = nll_sum = 0.0
     tokens = 0
-    limit = model.cfg.max_positions - 1  # room for EOS (source, labels) or BOS (input)
+    limit = max_length(model.cfg)
     if max(src_lengths.max(initial=0), tgt_lengths.max(initial=0)) > limit:
         split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
     for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
@@ -766,14 +755,6 @@ def validation_loss(
         loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
         tokens += int((tgt_out != PAD).sum())
     return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), tokens
-
-
-def _record_step(line: str) -> float:
-    """The step of a metrics line; a half-written last line (a crash) counts as after all."""
-    try:
-        return json.loads(line)["step"]
-    except (ValueError, KeyError, TypeError):
-        return math.inf
 
 
 def validation_subset(size: int, wanted: int, seed: int) -> list[int]:
