@@ -205,9 +205,9 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
     run = tmp_path / "run"
     train(tiny_config(corpus_file, run, "train.max_steps=2"))
     good = weights(run)
-    import mt.train as mt_train
+    import mt.update as mt_update
 
-    real = mt_train.smoothed_loss
+    real = mt_update.smoothed_loss
     calls = {"n": 0}
 
     def sometimes_nan(logits, target, epsilon):
@@ -215,12 +215,14 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
         loss, nll = real(logits, target, epsilon)
         return (loss * math.nan, nll) if calls["n"] == 1 else (loss, nll)
 
-    monkeypatch.setattr(mt_train, "smoothed_loss", sometimes_nan)
+    monkeypatch.setattr(mt_update, "smoothed_loss", sometimes_nan)
     result = train(tiny_config(corpus_file, run, "train.max_steps=4"))
     assert result["step"] == 4
     assert "non-finite loss" in capsys.readouterr().err
 
-    monkeypatch.setattr(mt_train, "smoothed_loss", lambda *a: (real(*a)[0] * math.nan, real(*a)[1]))
+    monkeypatch.setattr(
+        mt_update, "smoothed_loss", lambda *a: (real(*a)[0] * math.nan, real(*a)[1])
+    )
     with pytest.raises(MtError, match="non-finite losses in a row"):
         train(tiny_config(corpus_file, run, "train.max_steps=20"))
     after = weights(run)  # the last good checkpoint is still there and loads
@@ -323,7 +325,7 @@ def test_kill_at_any_moment_leaves_a_loadable_last(corpus_file, tmp_path, cli_ma
 def test_max_epochs_ends_with_the_last_batch_of_the_epoch(corpus_file, tmp_path):
     config = tiny_config(corpus_file, tmp_path / "run", "train.max_steps=0", "train.max_epochs=1")
     trainer = Trainer(config)
-    per_epoch = len(trainer._epoch_batches(0))
+    per_epoch = len(trainer.batches.epoch_batches(0))
     result = trainer.run()
     assert result["step"] == per_epoch and result["epoch"] == 1, result
     assert "max_epochs" in result["reason"]
@@ -334,7 +336,7 @@ def test_stop_reason_has_one_fixed_priority():
     from mt.train import TrainState, stop_reason
 
     t = TrainConfig(max_steps=5, max_minutes=1, patience=2)
-    state = TrainState(step=5, epoch=0)
+    state = TrainState(step=5)
     assert stop_reason(t, state, "SIGINT", True, True) == "stopped by SIGINT"
     assert "max_steps" in stop_reason(t, state, "", True, True)
     state.step = 4
@@ -372,7 +374,7 @@ def test_decoding_keys_and_compile_may_change_on_resume(corpus_file, tmp_path):
 
 def test_weight_decay_applies_to_matrices_only(corpus_file, tmp_path):
     trainer = Trainer(tiny_config(corpus_file, tmp_path / "run", "train.weight_decay=0.1"))
-    decayed, plain = trainer.optimizer.param_groups
+    decayed, plain = trainer.updater.optimizer.param_groups
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     assert all(p.dim() == 2 for p in decayed["params"]) and decayed["params"]
     assert all(p.dim() == 1 for p in plain["params"]) and plain["params"]  # biases, LayerNorm
@@ -386,7 +388,7 @@ def test_validation_loss_keeps_eos_of_cut_sentences():
     from mt.config import ModelConfig
     from mt.data import Split
     from mt.model import Transformer
-    from mt.train import validation_loss
+    from mt.validate import validation_loss
 
     model = Transformer(ModelConfig(d_model=16, heads=2, d_ff=32, max_positions=6), 50, 50).eval()
     lengths = [3, 9, 5]  # 9 > max_positions - 1: cut to 5, and EOS still counted
