@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -417,3 +418,17 @@ def test_training_without_any_limit_is_refused_before_anything_is_written(corpus
     with pytest.raises(ConfigError, match=r"train.max_steps: training would never stop"):
         Trainer(tiny_config(corpus_file, tmp_path / "run", "train.max_steps=0"))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_trainer_state_saved_before_the_typed_records_still_loads():
+    from mt.train import TrainState
+
+    old = {"step": 9, "epoch": 2, "batch": 3, "horizon": 40, "update_times": [1.0, 2.0],
+           "validate_s": 4.0, "save_s": 5.0, "fitted_at": 6.0, "target_tokens": 99,
+           "rng": {"cpu": [torch.get_rng_state()]}}  # fmt: skip
+    state = TrainState.from_dict(old)
+    assert (state.step, state.position.epoch, state.position.batch) == (9, 2, 3)
+    assert (state.horizon.at, state.horizon.update_times) == (40, [1.0, 2.0])
+    assert (state.horizon.validate_s, state.horizon.fitted_at) == (4.0, 6.0)
+    again = TrainState.from_dict(dataclasses.asdict(state))  # as saved now
+    assert (again.position, again.horizon) == (state.position, state.horizon)
