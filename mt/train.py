@@ -30,7 +30,7 @@ from .files import remove
 from .model import Transformer
 from .progress import Progress, say
 from .ranks import Agreement, Ranks, StopSignal
-from .schedule import Horizon, learning_rate, time_fitted, warmup_updates
+from .schedule import Horizon, time_fitted, warmup_updates
 from .update import Update, Updater
 from .validate import validate
 
@@ -254,7 +254,7 @@ class Trainer:
         reason = stop_reason(t, state, "", False, False)
         while not reason:
             batches = [next(self.batches) for _ in range(t.accum_steps)]
-            lr = learning_rate(state.step + 1, self.config, state.horizon.at)
+            lr = state.horizon.rate(state.step + 1, self.config)
             update = self.updater(batches, lr)
             for hook in self.on_update:
                 hook(update, batches)
@@ -329,9 +329,9 @@ class Trainer:
             say(
                 f"warning: about {at} updates fit in train.max_minutes "
                 f"({t.max_minutes:g}); warm-up shortened from {t.warmup_steps} to "
-                f"{warmup_updates(t, at)} updates, half of them"
+                f"{warmup_updates(self.config, at)} updates, half of them"
             )
-        horizon.at = at
+        horizon.move(self.config, state.step, at)
         self.progress.horizon(
             {
                 "kind": "horizon",
