@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,6 +40,27 @@ EXPLOSION = 100.0  # a window's gradient norm this many times the earlier median
 BLEU_FLOOR = 1.0  # validation BLEU below this translates nothing
 UNIGRAM_SHARE = 0.9  # NLL above this share of the unigram entropy: no use of the source
 PROGRESS = 0.01  # an NLL falling less than this fraction across the validations judged: stuck
+
+
+@dataclass
+class Vitals:
+    """What the checks judge, kept in the training state: a resumed run judges alike."""
+
+    train_nll: float = math.nan  # of the latest logged window
+    grad_norms: list[float] = field(default_factory=list)  # mean of the latest logged windows
+    validations: list[list[float]] = field(default_factory=list)  # (step, train_nll, nll, BLEU)
+    stopped: str = ""  # the check that stopped the run ("": none)
+    patience: int = 0  # train.health_patience when it stopped
+
+    KEEP = 50  # logged windows and validations remembered
+
+    def logged(self, train_nll: float, grad_norm: float | None) -> None:
+        self.train_nll = train_nll
+        if grad_norm is not None:
+            self.grad_norms = [*self.grad_norms[1 - self.KEEP :], grad_norm]
+
+    def validated(self, step: int, nll: float, bleu: float) -> None:
+        self.validations = [*self.validations[1 - self.KEEP :], [step, self.train_nll, nll, bleu]]
 
 
 @dataclass(frozen=True)
