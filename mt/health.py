@@ -140,10 +140,9 @@ def check_validations(
     for _, train_nll, valid_nll, bleu in judged:
         if bleu >= BLEU_FLOOR or not (train_nll >= floor and valid_nll >= floor):  # NaN: no
             return None
-    (_, train_first, first_nll, _), (_, train_last, last_nll, _) = judged[0], judged[-1]
-    if last_nll < (1 - PROGRESS) * first_nll or train_last < (1 - TRAIN_PROGRESS) * train_first:
+    (first, train_first, nll_first, _), (last, train_last, nll, _) = judged[0], judged[-1]
+    if nll < (1 - PROGRESS) * nll_first or train_last < (1 - TRAIN_PROGRESS) * train_first:
         return None  # still learning
-    first, last, nll = judged[0][0], judged[-1][0], last_nll
     cause = (
         "as a post-norm model warmed up too briefly for its learning rate does"
         if not config.model.norm_first

@@ -359,11 +359,14 @@ class Trainer:
     def _new_horizon(self, at: int) -> None:
         t, state = self.config.train, self.state
         horizon = state.horizon
-        if not horizon.at and not t.warmup_fraction and t.warmup_steps > at // 2:
+        post_norm = not self.config.model.norm_first  # warmup_steps is its floor
+        warmup = warmup_updates(self.config, at)
+        if not horizon.at and (post_norm or not t.warmup_fraction) and t.warmup_steps > warmup:
             say(
                 f"warning: about {at} updates fit in train.max_minutes "
                 f"({t.max_minutes:g}); warm-up shortened from {t.warmup_steps} to "
-                f"{warmup_updates(self.config, at)} updates, half of them"
+                f"{warmup} updates, half of them"
+                + ("; a post-norm model may collapse (model.norm_first=true)" if post_norm else "")
             )
         horizon.move(self.config, state.step, at)
         self.progress.horizon(

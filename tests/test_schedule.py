@@ -121,6 +121,8 @@ def test_config_errors_of_a_budget():
         load_config("tiny.yaml", [*base, "train.max_minutes=-1"])
     with pytest.raises(ConfigError, match=r"train.warmup_fraction: must be in \[0, 0.5\]"):
         load_config("tiny.yaml", [*base, "train.max_minutes=1", "train.warmup_fraction=0.9"])
+    with pytest.raises(ConfigError, match=r"warmup_fraction: is a fraction of a horizon, which"):
+        load_config("tiny.yaml", ["data.source=hub", "train.warmup_fraction=0.1"])
     with pytest.raises(ConfigError, match=r"train.min_lr: 0.5 is above the peak"):
         load_config("tiny.yaml", [*base, "train.max_minutes=1", "train.min_lr=0.5"])
 
