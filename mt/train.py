@@ -300,7 +300,9 @@ class Trainer:
                 # the final model is validated, unless the person asked to stop now or it
                 # is known to be broken
                 _, state.horizon.validate_s = self.pace.timed(self._validate)
-            if reason or state.step % t.save_every == 0:
+            # a diverged run keeps its last good checkpoint: its weights may not be numbers
+            broken = self.diagnosis is not None and self.diagnosis.check == "diverged"
+            if (reason or state.step % t.save_every == 0) and not broken:
                 _, state.horizon.save_s = self.pace.timed(self._save)
         self.progress.bar.close()
         return reason
