@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .config import Config
+from .config import Config, TrainConfig
+from .errors import ConfigError
 
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before the run is called diverged
 EXPLOSION = 100.0  # a window's gradient norm this many times the earlier median has exploded
@@ -66,6 +67,16 @@ class Vitals:
 
     def validated(self, step: int, nll: float, bleu: float) -> None:
         self.validations = [*self.validations[1 - self.KEEP :], [step, self.train_nll, nll, bleu]]
+
+    def resumed(self, t: TrainConfig, where: str) -> None:
+        """A run a check stopped resumes only with a health setting changed."""
+        if self.stopped and t.health_checks and t.health_patience == self.patience:
+            raise ConfigError(
+                f"{where}: the health check '{self.stopped}' stopped this run; start over with "
+                "a changed setting (--restart), or resume anyway with --set "
+                "train.health_checks=false or another train.health_patience"
+            )
+        self.stopped = ""
 
 
 @dataclass(frozen=True)
@@ -155,3 +166,54 @@ def check_validations(
         f"(NLL {nll:.2f} against their entropy {unigram:.2f}): the model ignores the source, "
         f"{cause}; {_fixes(config)}",
     )
+
+
+class Checks:
+    """The checks of a training session over the run's `Vitals`, called where the trainer
+    reads numbers anyway; `found` is the first diagnosis, which stops the run."""
+
+    def __init__(self, config: Config, vitals: Vitals, unigram: float) -> None:
+        self.config, self.vitals, self.unigram = config, vitals, unigram
+        self.on = config.train.health_checks  # all but `diverged`, which is always on
+        self.found: Diagnosis | None = None
+        self.bad_updates = 0  # non-finite losses in a row
+        self.norms: list[float] = []  # gradient norms (before clipping) of this log window
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the run diverged: its weights may not be numbers, keep the last good ones."""
+        return self.found is not None and self.found.check == "diverged"
+
+    def counted(self, grad_norm: float | None) -> None:
+        """After an update that counted, with its gradient norm where one was measured."""
+        self.bad_updates = 0
+        if grad_norm is not None:
+            self.norms.append(grad_norm)
+
+    def skipped(self, step: int) -> None:
+        """After update `step`, skipped for a loss that is not a finite number."""
+        self.bad_updates += 1
+        self._keep(diverged(self.config, step, self.bad_updates))
+
+    def logged(self, step: int, train_nll: float) -> dict[str, float]:
+        """At a training log line: the window's mean gradient norm for its record, if any."""
+        grad_norm = statistics.fmean(self.norms) if self.norms else None
+        self.vitals.logged(train_nll, grad_norm)
+        self.norms = []
+        if self.on:
+            self._keep(check_gradients(self.config, step, self.vitals.grad_norms))
+        return {"grad_norm": grad_norm} if grad_norm is not None else {}
+
+    def validated(self, step: int, nll: float, bleu: float, warmup: int) -> None:
+        self.vitals.validated(step, nll, bleu)
+        if self.on:
+            found = check_validations(self.config, self.vitals.validations, warmup, self.unigram)
+            self._keep(found)
+
+    def _keep(self, found: Diagnosis | None) -> None:
+        if found and not self.found:
+            self.found = found
+            self.vitals.stopped, self.vitals.patience = (
+                found.check,
+                self.config.train.health_patience,
+            )

@@ -27,7 +27,7 @@ from .config import EOS, Config, TrainConfig, check_training_stops, one_line
 from .data import inputs_of, prepare
 from .errors import ConfigError, Unhealthy
 from .files import remove
-from .health import Diagnosis, Vitals
+from .health import Checks, Vitals
 from .model import Transformer
 from .progress import Progress, say
 from .ranks import Agreement, Ranks, StopSignal
@@ -94,23 +94,18 @@ class Pace:
 
 
 def stop_reason(
-    t: TrainConfig,
-    state: TrainState,
-    signal_name: str,
-    patience_out: bool,
-    out_of_time: bool,
-    unhealthy: str = "",
+    t: TrainConfig, state: TrainState, signal_name: str, patience_out: bool, out_of_time: bool
 ) -> str:
     """Whether and why training stops, in a fixed order of priority (empty: go on).
 
     Called once per update with every rank's agreed inputs, this is the only place that
-    decides; a signal comes first because the person asked for it, then a health check
-    (`unhealthy`: the one that fired), because a run that collapsed has nothing to go on for.
+    decides; a signal comes first because the person asked for it, then a health check (its
+    name in the state), because a run that collapsed has nothing to go on for.
     """
     if signal_name:
         return f"stopped by {signal_name}"
-    if unhealthy:
-        return f"the health check '{unhealthy}' fired"
+    if state.vitals.stopped:
+        return f"the health check '{state.vitals.stopped}' fired"
     if t.max_steps and state.step >= t.max_steps:
         return f"reached train.max_steps ({t.max_steps})"
     if t.max_epochs and state.position.epoch >= t.max_epochs:
@@ -154,7 +149,6 @@ class Trainer:
         ).to(self.device)
         self.updater = Updater(self.model, t, self.ranks)
         self.state = TrainState()
-        self.diagnosis: Diagnosis | None = None  # of the health check that fired
         targets = self.data.splits["train"].tgt
         self.unigram = health.unigram_entropy(targets, EOS) if t.health_checks else 0.0
         self._saved_step = -1
@@ -230,15 +224,7 @@ class Trainer:
         if self.device.type == "cuda" and "cuda" in self.state.rng:
             torch.cuda.set_rng_state(self.state.rng["cuda"][rank], self.device)
         self._saved_step = self.state.step
-        vitals, t = self.state.vitals, self.config.train
-        if vitals.stopped and t.health_checks and t.health_patience == vitals.patience:
-            raise ConfigError(
-                f"{path}: the health check '{vitals.stopped}' stopped this run (its line is in "
-                f"{self.run_dir / metrics.FILE}); start over with a changed setting (--restart), "
-                "or resume anyway with --set train.health_checks=false or another "
-                "train.health_patience"
-            )
-        vitals.stopped = ""
+        self.state.vitals.resumed(self.config.train, str(path))
         if self.main:
             metrics.forget_after(self.run_dir, self.state.step)
             say(f"resuming from {path} (step {self.state.step}, epoch {self.state.position.epoch})")
@@ -257,8 +243,8 @@ class Trainer:
             if stop.stopping:
                 say(f"resume with: {self.resume_hint or 'the same mt train command'}")
         self.ranks.close()
-        if self.diagnosis:
-            raise Unhealthy(self.diagnosis.message)
+        if self.checks.found:
+            raise Unhealthy(self.checks.found.message)
         return {
             "step": self.state.step,
             "epoch": self.state.position.epoch,
@@ -271,9 +257,9 @@ class Trainer:
         t, state = self.config.train, self.state
         total = state.horizon.at or t.max_steps
         self.progress = Progress(self.run_dir, self.main, t.max_minutes, state.step, total)
-        self.pace, self.bad_updates = Pace(self.clock, state), 0
-        keys = ("loss", "nll", "tokens", "padded", "cells", "seconds", "grad_norm", "measured")
-        window = dict.fromkeys(keys, 0.0)
+        self.pace = Pace(self.clock, state)
+        self.checks = Checks(self.config, state.vitals, self.unigram)
+        window = dict.fromkeys(("loss", "nll", "tokens", "padded", "cells", "seconds"), 0.0)
         validated_at, patience_out = -1, False
         reason = stop_reason(t, state, "", False, False)
         while not reason:
@@ -284,7 +270,8 @@ class Trainer:
                 hook(update, batches)
             seconds = self.pace.updated()
             if update.counted:
-                state.step, self.bad_updates = state.step + 1, 0
+                state.step += 1
+                self.checks.counted(update.grad_norm)
                 self.progress.bar.update()
                 self._add(window, update, seconds)
                 if state.step % t.log_every == 0:
@@ -296,14 +283,14 @@ class Trainer:
             else:
                 self._skipped(update)
             reason = self._agree_to_stop(stop, patience_out)
-            if reason and not (stop.stopping or self.diagnosis) and validated_at != state.step:
+            if reason and not (stop.stopping or self.checks.found) and validated_at != state.step:
                 # the final model is validated, unless the person asked to stop now or it
                 # is known to be broken
                 _, state.horizon.validate_s = self.pace.timed(self._validate)
-            # a diverged run keeps its last good checkpoint: its weights may not be numbers
-            broken = self.diagnosis is not None and self.diagnosis.check == "diverged"
-            if (reason or state.step % t.save_every == 0) and not broken:
-                _, state.horizon.save_s = self.pace.timed(self._save)
+            if (reason or state.step % t.save_every == 0) and not self.checks.diverged:
+                _, state.horizon.save_s = self.pace.timed(self._save)  # diverged: keep the last
+        if found := self.checks.found:  # the same on every rank: their inputs are agreed
+            self.progress.log({"kind": "health", "step": state.step, **dataclasses.asdict(found)})
         self.progress.bar.close()
         return reason
 
@@ -313,9 +300,6 @@ class Trainer:
         for key in ("loss", "nll", "tokens", "padded", "cells"):
             window[key] += getattr(update, key)
         window["seconds"] += seconds
-        if update.grad_norm is not None:
-            window["grad_norm"] += update.grad_norm
-            window["measured"] += 1
 
     def _skipped(self, update: Update) -> None:
         """Say why an update did not count; too many non-finite losses in a row diverged."""
@@ -323,19 +307,8 @@ class Trainer:
         if update.overflow:  # neither the update count nor the schedule advance
             say(f"fp16: gradients overflowed at step {step}; update skipped")
             return
-        self.bad_updates += 1
         say(f"warning: non-finite loss at step {step}; update skipped")
-        self._diagnosed(health.diverged(self.config, step, self.bad_updates))
-
-    def _diagnosed(self, found: Diagnosis | None) -> None:
-        """Keep the first diagnosis: `stop_reason` stops the run on it, and it is saved."""
-        if found and not self.diagnosis:
-            self.diagnosis, vitals = found, self.state.vitals
-            vitals.stopped, vitals.patience = found.check, self.config.train.health_patience
-            self.progress.log(
-                {"kind": "health", "step": self.state.step, "check": found.check,
-                 "message": found.message}
-            )  # fmt: skip
+        self.checks.skipped(step)
 
     def _agree_to_stop(self, stop: StopSignal, patience_out: bool) -> str:
         """Every rank proposes what it saw, all take rank 0's decision, then `stop_reason`."""
@@ -355,8 +328,7 @@ class Trainer:
         if agreed.horizon and agreed.horizon != horizon.at:
             self._new_horizon(agreed.horizon)
         stop.agreed(agreed.signal)
-        unhealthy = self.diagnosis.check if self.diagnosis else ""  # alike on every rank
-        return stop_reason(t, state, stop.name, patience_out, agreed.out_of_time, unhealthy)
+        return stop_reason(t, state, stop.name, patience_out, agreed.out_of_time)
 
     def _new_horizon(self, at: int) -> None:
         t, state = self.config.train, self.state
@@ -389,13 +361,7 @@ class Trainer:
     def _log_train(self, window: dict[str, float], lr: float) -> None:
         state, steps = self.state, self.config.train.log_every
         tokens = window["tokens"] * self.ranks.world  # every rank trains on as many tokens
-        # before clipping, where train.clip_norm has it measured
-        grad_norm = window["grad_norm"] / window["measured"] if window["measured"] else None
-        state.vitals.logged(window["nll"] / steps, grad_norm)
-        if self.config.train.health_checks:
-            self._diagnosed(
-                health.check_gradients(self.config, state.step, state.vitals.grad_norms)
-            )
+        grad_norm = self.checks.logged(state.step, window["nll"] / steps)
         self.progress.train(
             {
                 "kind": "train",
@@ -409,7 +375,7 @@ class Trainer:
                 "padding": window["padded"] / max(window["cells"], 1),
                 "elapsed_s": state.elapsed,
                 "horizon": state.horizon.at,  # the one this update was scheduled by (0: none)
-                **({"grad_norm": grad_norm} if grad_norm is not None else {}),
+                **grad_norm,  # where train.clip_norm measures it
             }
         )
 
@@ -425,11 +391,7 @@ class Trainer:
         if not len(self.data.splits["valid"]):
             return False
         bleu, nll = self.ranks.broadcast(self._validation_bleu() if self.main else [0.0, 0.0])
-        state.vitals.validated(state.step, nll, bleu)
-        if t.health_checks:
-            warmup = warmup_updates(self.config, state.horizon.at)
-            vitals = state.vitals.validations
-            self._diagnosed(health.check_validations(self.config, vitals, warmup, self.unigram))
+        self.checks.validated(state.step, nll, bleu, warmup_updates(self.config, state.horizon.at))
         if bleu > state.best_bleu:
             state.best_bleu, state.bad_evals = bleu, 0
             path = self._save()  # on every rank: a save gathers their generator states

@@ -340,7 +340,10 @@ def test_stop_reason_has_one_fixed_priority():
 
     t = TrainConfig(max_steps=5, max_minutes=1, patience=2)
     state = TrainState(step=5)
+    state.vitals.stopped = "collapsed"
     assert stop_reason(t, state, "SIGINT", True, True) == "stopped by SIGINT"
+    assert stop_reason(t, state, "", True, True) == "the health check 'collapsed' fired"
+    state.vitals.stopped = ""
     assert "max_steps" in stop_reason(t, state, "", True, True)
     state.step = 4
     assert "max_minutes" in stop_reason(t, state, "", True, True)
