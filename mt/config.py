@@ -104,8 +104,9 @@ class TrainConfig:
     # model (model.norm_first: false) still warms up for warmup_steps at least, at most half
     # the horizon: a fraction of a short horizon is too brief for it (Xiong et al. 2020).
     # Measured: 5% of a 7-minute budget on an H100 (417 of 8,350 updates) collapsed
-    # base.yaml's post-norm 6+6 at lr 5e-4, where 4,000 (inverse_sqrt) learned; on a CPU, 10
-    # updates collapsed a post-norm 6+6 at d_model 64 and lr 5e-3, where 100 learned.
+    # base.yaml's post-norm 6+6 at lr 5e-4, where 4,000 (inverse_sqrt) learned; on a CPU
+    # (Tatoeba), 10 updates left a post-norm 6+6 at d_model 64 and lr 5e-3 at the unigram
+    # level for good, 100 let it learn, and pre-norm learned with 10.
     warmup_fraction: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # clip the gradient norm to this; 0 disables

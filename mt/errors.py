@@ -15,7 +15,7 @@ class ConfigError(MtError):
 
 
 class Unhealthy(MtError):
-    """A run stopped by a health check (mt/health.py), saved: it collapsed or diverged, and
-    going on would not help (exit status 3)."""
+    """A run stopped by a health check (mt/health.py): it collapsed or diverged, and going
+    on would not help (exit status 3)."""
 
     exit_code = 3

@@ -10,7 +10,8 @@ setting to change.
 - diverged: the loss was not a finite number in MAX_BAD_UPDATES updates in a row, or a logged
   window's gradient norm was not.
 - exploded: a logged window's mean gradient norm is EXPLOSION times the median of the earlier
-  ones: the updates are about to wreck the weights.
+  ones: the updates are about to wreck the weights (none was seen in the runs measured:
+  the bound is loose on purpose).
 - collapsed: `train.health_patience` validations in a row after the warm-up translate nothing
   (BLEU below BLEU_FLOOR), and the model predicts the training and the validation targets no
   better than the frequencies of their tokens (both NLLs at least UNIGRAM_SHARE of the
@@ -23,7 +24,9 @@ setting to change.
   Transformer Architecture"). Measured on the Tatoeba files (CPU, 6+6 layers at d_model 64,
   lr 5e-3): with 10 warm-up updates post-norm sat at 1.01x the unigram entropy for 300
   updates, BLEU 0; pre-norm went on down (0.86x at update 300, the validation NLL falling 2%
-  or more between validations every 50 updates), and so did post-norm with 100.
+  or more between validations every 50 updates), and so did post-norm with 100. With the
+  16,000-token vocabulary the unigram entropy of the Tatoeba targets is 6.24 nats; the
+  collapsed post-norm run on an H100 sat at a label-smoothed loss of 6.4 for 8,000 updates.
 """
 
 from __future__ import annotations
