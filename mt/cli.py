@@ -91,7 +91,8 @@ def train(
 ) -> None:
     """Train a model, or resume the run in run.dir where it stopped.
 
-    Ctrl-C or SIGTERM finishes the update, saves, and exits with 130 or 143.
+    Ctrl-C or SIGTERM finishes the update, saves, and exits with 130 or 143. A run that
+    collapsed or diverged (a health check, see train.health_checks) saves and exits with 3.
     """
     from .train import train as run_train
 
