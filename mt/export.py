@@ -259,7 +259,7 @@ def translate_nbest(
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
     from .decode import length_penalty
-    from .translate import source_ids
+    from .translate import CPU_BATCH_TOKENS, source_ids
 
     ids = source_ids(exported, exported.src_tokenizer, texts)
     vocab = _tokens(exported.src_tokenizer)
@@ -274,7 +274,7 @@ def translate_nbest(
     pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
     results = exported.translator.translate_batch(
         [[vocab[t] for t in ids[i]] for i in todo],
-        max_batch_size=cfg.batch_tokens,
+        max_batch_size=cfg.batch_tokens or CPU_BATCH_TOKENS,
         batch_type="tokens",
         beam_size=cfg.beam,
         num_hypotheses=cfg.nbest if greedy else max(cfg.nbest, cfg.beam),
