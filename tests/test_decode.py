@@ -3,6 +3,7 @@ scores against teacher forcing; batching, n-best lists, n-gram blocking, length 
 GPU plan (a static cache, few looks by the host) against the CPU one, and its host syncs;
 batches split when memory runs out."""
 
+import copy
 import itertools
 import math
 from types import SimpleNamespace
@@ -213,9 +214,18 @@ def test_best_extensions_rank_like_a_full_sort(vocab):
 GPU_LIKE = [Plan(check_every=4, static=True), Plan(check_every=3)]
 
 
-@pytest.mark.parametrize("plan", GPU_LIKE, ids=["static", "lagging"])
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [*GPU_LIKE, pytest.param(Plan(check_every=8, static=True, graph=True), marks=CUDA)],
+    ids=["static", "lagging", "cuda-graph"],
+)
 def test_plans_change_the_work_not_the_result(model_and_batch, plan):
     model, src = model_and_batch
+    if plan.graph:  # the plan of a GPU, there
+        model, src = copy.deepcopy(model).cuda(), src.cuda()
     limits = max_output_lengths(src, 1.5, 10)
     assert greedy(model, src, limits, plan) == greedy(model, src, limits)
     for cfg in [DecodeConfig(beam=4, nbest=3), DecodeConfig(beam=3, alpha=0, no_repeat_ngram=2)]:
