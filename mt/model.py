@@ -341,9 +341,9 @@ class DecoderState:
         to source r' // (R' / N'), as rows do in start_decoding. A static cache is reordered
         in place (a CUDA graph reads it where it is), so R' = R and sources is None there.
         """
-        done = self.self_kv[: self.step]
+        so_far = self.self_kv[: self.step]
         if self.position is not None:
-            done.copy_(done.index_select(3, rows))
+            so_far.copy_(so_far.index_select(3, rows))
             return
         if sources is not None:
             self.src_keep = self.src_keep.index_select(0, sources)
@@ -352,5 +352,5 @@ class DecoderState:
         self_kv = self.self_kv.new_empty(
             len(self.self_kv), *self.self_kv.shape[1:3], len(rows), *self.self_kv.shape[4:]
         )
-        torch.index_select(done, 3, rows, out=self_kv[: self.step])
+        torch.index_select(so_far, 3, rows, out=self_kv[: self.step])
         self.self_kv = self_kv

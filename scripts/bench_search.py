@@ -115,7 +115,7 @@ def rows(name: str, spec: dict, found: dict[str, list[dict]], references: list[s
         row = {
             "model": name,
             "search": "greedy" if beam == 1 else f"beam {beam}",
-            "precision": run["precision"].split(",")[0],
+            "precision": run["precision"].split(",")[0].replace(" as configured", ""),
             "batch_tokens": run["batch_tokens"],
             "sentences": sentences,
             "load_s": statistics.median(r["load_s"] for r in ours),
@@ -143,16 +143,16 @@ def rows(name: str, spec: dict, found: dict[str, list[dict]], references: list[s
 
 
 def table(found: list[dict]) -> str:
-    head = "| model | search | precision | batch tokens | sentences | sent/s | target tok/s |"
-    head += " BLEU | same as fp32 |"
-    line = "|---|---|---|---:|---:|---:|---:|---:|---:|"
+    head = "| model | search | precision | batch tokens | sentences | load s | sent/s |"
+    head += " target tok/s | BLEU | same as fp32 |"
+    line = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
     if "speedup" in found[0]:
         head += " reference sent/s | ours / reference | same as reference |"
         line += "---:|---:|---:|"
     out = [head, line]
     for r in found:
         cells = [r["model"], r["search"], r["precision"], f"{r['batch_tokens']:,}"]
-        cells += [f"{r['sentences']:,}", f"{r['sentences_per_s']:,.1f}"]
+        cells += [f"{r['sentences']:,}", f"{r['load_s']:.2f}", f"{r['sentences_per_s']:,.1f}"]
         cells += [f"{r['target_tokens_per_s']:,.0f}", f"{r['bleu']:.2f}"]
         cells.append(f"{r['same_as_fp32']:.1%}")
         if "speedup" in r:
