@@ -101,7 +101,7 @@ def _stepper(model: Transformer, state: DecoderState, rows: int, graph: bool):
         run()
     torch.cuda.current_stream(device).wait_stream(side)
     recorded = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(recorded):
+    with torch.cuda.graph(recorded, capture_error_mode="thread_local"):  # loader threads: theirs
         logits = run()
     state.step -= 2  # the warm-up's and the recording's (which ran no kernel)
     state.position -= 1  # the warm-up's: step 0 overwrites what it cached
