@@ -145,7 +145,8 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = resumable(1)
     no_repeat_ngram: int = resumable(0)  # forbid repeating any n-gram of this size; 0 disables
-    batch_tokens: int = resumable(4096)  # source tokens per decoding batch
+    # source tokens per decoding batch; 0: the device's (4096 on a CPU, more on a GPU)
+    batch_tokens: int = resumable(0)
     # validation, translate and evaluate; auto: the rule of train.precision's auto
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
 
@@ -308,7 +309,6 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         "train.health_patience": t.health_patience,
         "decode.beam": d.beam,
         "decode.nbest": d.nbest,
-        "decode.batch_tokens": d.batch_tokens,
         "data.max_length": config.data.max_length,
         "tokenizer.min_frequency": tok.min_frequency,
         "model.encoder_layers": m.encoder_layers,
@@ -332,6 +332,7 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         "decode.max_len_a": d.max_len_a,
         "decode.max_len_b": d.max_len_b,
         "decode.no_repeat_ngram": d.no_repeat_ngram,
+        "decode.batch_tokens": d.batch_tokens,
         "train.lr_scale": t.lr_scale,
         "train.lr": t.lr,
         "train.min_lr": t.min_lr,
