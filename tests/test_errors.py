@@ -323,6 +323,7 @@ def _real_read_only_resume(corpus, run, tmp, mp):
 RESTORE: list[Callable[[], None]] = []
 LATIN1 = '{"en": "café", "es": "café"}\n'.encode("latin-1")
 FULL = "cannot write: No space left on device (disk full)"
+LINES_49 = "".join(json.dumps({"en": en, "es": es}) + "\n" for en, es in PAIRS[:49]).encode()
 
 CASES = {
     # resume: refuse before anything is rebuilt
@@ -385,6 +386,16 @@ CASES = {
         _real_read_only_resume,
         1,
         "ro/run/config.yaml: cannot write: Read-only file system",
+    ),
+    "a JSONL line neither UTF-8 nor JSON": (
+        _data_file(LINES_49 + b"\xff\xfe\x00garbage\n"),
+        2,
+        "bad.jsonl:50: not UTF-8",
+    ),
+    "a JSONL line not JSON": (
+        _data_file(LINES_49 + b'{"en": "a", "es": \n'),
+        2,
+        "bad.jsonl:50: invalid JSON",
     ),
 }
 
