@@ -500,3 +500,12 @@ def test_a_half_written_metrics_line_is_skipped_with_a_warning(trained, tmp_path
         f.write('{"kind": "tr')
     assert read_metrics(run) == whole
     assert "partial last line" in capsys.readouterr().err
+
+
+def test_a_metrics_line_that_cannot_be_written_is_one_error_naming_the_file(tmp_path):
+    from mt import metrics
+    from mt.errors import MtError
+
+    (tmp_path / metrics.FILE).mkdir()  # any OSError at the append: a full disk, a lost mount
+    with pytest.raises(MtError, match=f"{tmp_path / metrics.FILE}: cannot write: "):
+        metrics.append(tmp_path, {"kind": "train", "step": 1})
