@@ -249,6 +249,25 @@ def test_loading_and_busy_answer_503_with_retry_after(model):
         assert call(address, "/translate", {"q": "Hi there."})[0] == 200
 
 
+def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from mt import export
+
+    folder = export.export(model, tmp_path / "ct2")
+    with serving(lambda: _load_for_decoding(str(folder), None, None, "cpu", "auto")) as served:
+        address, service = served
+        wait_ready(address)
+        _, info, _ = call(address, "/info")
+        assert (info["engine"], info["model"], info["step"]) == ("ctranslate2", "ct2", 60)
+        _, answer, _ = call(address, "/translate", {"q": SENTENCES, "alternatives": 1})
+    cfg = service.cfg
+    want = export.translate_nbest(
+        service.loaded, SENTENCES, dataclasses.replace(cfg.decode, nbest=2)
+    )
+    assert answer["translatedText"] == [hyps[0][0] for hyps in want]
+    assert answer["alternatives"] == [[hyps[1][0]] for hyps in want]
+
+
 def chromium() -> tuple[str, str]:
     """The paths of Debian's chromium and chromedriver, or a skip saying what is missing."""
     pytest.importorskip("selenium", reason="selenium is not installed: make install")
