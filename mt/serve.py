@@ -185,12 +185,9 @@ class Service:
             job.loop.call_soon_threadsafe(_settle, job.future, result, None)
 
     async def submit(self, texts: list[str], beam: int, nbest: int) -> list:
-        """The n-best (text, score) pairs of each text, decoded in some batch."""
+        """The n-best (text, score) pairs of each text, decoded in some batch (once ready)."""
         import asyncio
 
-        if not self.ready:
-            why = "the model failed to load" if self.error else "the model is loading"
-            raise BadRequest(503, why, retry=True)
         if self.pending >= self.settings.max_requests:
             most = self.settings.max_requests
             raise BadRequest(
@@ -380,7 +377,8 @@ def create_app(service: Service) -> Any:
         return JSONResponse({"error": message}, status, headers=headers)
 
     def not_ready() -> JSONResponse:
-        return error(503, "the model failed to load" if service.error else "loading", True)
+        why = "the model failed to load" if service.error else "the model is loading"
+        return error(503, why, True)
 
     async def index(request: Request) -> HTMLResponse:
         return HTMLResponse(page)

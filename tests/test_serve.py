@@ -201,7 +201,7 @@ def test_bad_requests_get_a_json_error_and_the_server_goes_on(server, body, kind
     assert list(answer) == ["error"]
 
 
-def test_wrong_method_path_and_disconnecting_clients(server):
+def test_wrong_method_path_and_disconnecting_clients(server, capfd):
     address, _ = server
     assert call(address, "/translate")[:2] == (405, {"error": "Method Not Allowed"})
     assert call(address, "/nowhere")[:2] == (404, {"error": "Not Found"})
@@ -215,6 +215,7 @@ def test_wrong_method_path_and_disconnecting_clients(server):
         raw.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n{body}".encode())
     status, answer, _ = call(address, "/translate", {"q": "Hello."})
     assert status == 200 and answer["translatedText"]
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_loading_and_busy_answer_503_with_retry_after(model):
@@ -232,7 +233,11 @@ def test_loading_and_busy_answer_503_with_retry_after(model):
     with serving(load, translate, max_requests=1) as (address, service):
         for path, body in (("/health", None), ("/info", None), ("/translate", {"q": "Hi."})):
             status, answer, headers = call(address, path, body)
-            assert (status, answer, headers["retry-after"]) == (503, {"error": "loading"}, "1")
+            assert (status, answer, headers["retry-after"]) == (
+                503,
+                {"error": "the model is loading"},
+                "1",
+            )
         page = http.client.HTTPConnection(address)
         page.request("GET", "/")
         assert b"English" in page.getresponse().read()  # the page itself shows at once
@@ -323,7 +328,7 @@ def start_cli_server(model: Path, *options: str) -> tuple[subprocess.Popen, str]
 
 
 def test_sigterm_under_load_answers_every_request_in_flight_and_exits_0(model):
-    process, address = start_cli_server(model, "--batch-wait-ms", "1000")
+    process, address = start_cli_server(model, "--batch-wait-ms", "2000")
     answers: list[int] = []
     failures: list[str] = []
 
@@ -339,12 +344,14 @@ def test_sigterm_under_load_answers_every_request_in_flight_and_exits_0(model):
             if not loop:
                 return
 
-    # 4 clients in a loop, then 8 requests that wait in the decoder's 1-second window
+    # 4 clients in a loop and 8 single requests, all waiting in the decoder's 2-second window
     looping = [threading.Thread(target=client, args=(t, True)) for t in SENTENCES[:4]]
     waiting = [threading.Thread(target=client, args=(p[0], False)) for p in PAIRS[:8]]
     for thread in looping + waiting:
         thread.start()
+    deadline = time.monotonic() + 30
     while call(address, "/health")[1]["pending"] < len(looping + waiting):
+        assert time.monotonic() < deadline, "the requests never were all in flight at once"
         time.sleep(0.01)
     process.send_signal(signal.SIGTERM)
     stopped = time.monotonic()
