@@ -7,7 +7,9 @@ the server on 127.0.0.1 with MODEL, a sentence typed, its translation awaited.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from bench_serve import serving
@@ -25,7 +27,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs"))
     parser.add_argument("--text", default="Where is the train station?\nI like to read books.")
     args = parser.parse_args()
-    with serving(args.model, "--device", "cpu") as address:
+    with serving(args.model, "--device", "cpu") as address, tempfile.TemporaryDirectory() as tmp:
         for name, (width, height, phone) in SIZES.items():
             options = webdriver.ChromeOptions()
             options.binary_location = shutil.which("chromium")
@@ -34,7 +36,8 @@ def main() -> None:
             metrics = {"width": width, "height": height, "pixelRatio": 2 if phone else 1}
             options.add_experimental_option("mobileEmulation", {"deviceMetrics": metrics})
             options.add_argument(f"--window-size={width},{height}")
-            driver = webdriver.Chrome(options, Service(shutil.which("chromedriver")))
+            env = {**os.environ, "TMPDIR": tmp}  # chromium's leftovers go with it
+            driver = webdriver.Chrome(options, Service(shutil.which("chromedriver"), env=env))
             try:
                 driver.get(f"http://{address}/")
                 WebDriverWait(driver, 60).until(

@@ -293,7 +293,8 @@ def test_the_page_translates_as_you_type_in_headless_chromium(server, tmp_path):
     options.binary_location = browser
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,700"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    temporary = {**os.environ, "TMPDIR": str(tmp_path)}  # chromium's leftovers go with tmp_path
+    driver = webdriver.Chrome(options=options, service=Service(driver_path, env=temporary))
     try:
         address, service = server
         driver.get(f"http://{address}/")
