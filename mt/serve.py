@@ -328,6 +328,8 @@ async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any],
         fields = json.loads(text)
     except json.JSONDecodeError as e:
         raise BadRequest(400, f"body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest(400, "body is not valid JSON: nested too deeply") from None
     if not isinstance(fields, dict):
         raise BadRequest(400, f"body: expected a JSON object, got {_kind(fields)}")
     return fields, False

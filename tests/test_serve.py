@@ -183,6 +183,7 @@ BAD = [  # body, content type, status, the message's start
     ({"q": "a", "format": "html"}, serve.JSON_TYPE, 400, "format: 'html' is not served"),
     (b'["q"]', serve.JSON_TYPE, 400, "body: expected a JSON object, got a list"),
     (b'{"q": "a"', serve.JSON_TYPE, 400, "body is not valid JSON"),
+    (b"[" * 100_000, serve.JSON_TYPE, 400, "body is not valid JSON: nested too deeply"),
     (b'{"q": "caf\xe9"}', serve.JSON_TYPE, 400, "body is not UTF-8 (byte 10)"),
     (b"q=caf%E9", serve.FORM_TYPE, 400, "body is not UTF-8 (byte 3 of a value)"),
     (b"q=a&alternatives=two", serve.FORM_TYPE, 400, "alternatives: expected an integer"),
