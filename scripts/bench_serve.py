@@ -129,9 +129,13 @@ def load(address: str, sentences: list[str], clients: int, seconds: float, limit
     }
 
 
-def one_batch(model: str, sentences: list[str], beam: int) -> float:
+def one_batch(model: str, sentences: list[str], beam: int, threads: int) -> float:
     """Sentences/s of mt translate's decoding of all `sentences` in one call, on the CPU."""
+    import torch
+
     from mt.cli import _load_for_decoding, _translate_nbest
+
+    torch.set_num_threads(threads)
 
     loaded, cfg, dev = _load_for_decoding(model, None, None, "cpu", beam=beam)
     _translate_nbest(loaded, sentences[:64], cfg, dev, False)  # warm up, as the server does
@@ -155,9 +159,11 @@ def render(r: dict) -> list[str]:
     return [
         "## Serving: `mt serve` under load",
         "",
-        f"{r['clients']} concurrent clients on 127.0.0.1, each sending one Tatoeba test "
+        f"Model `{r['model']}`; {r['clients']} concurrent clients on 127.0.0.1, each sending "
+        "one Tatoeba test "
         f"sentence a request and the next as soon as the answer came, for {r['seconds']:.0f} s; "
-        f"beam {r['beam']}, CPU, the server in a process of its own (batches of at most "
+        f"beam {r['beam']}, CPU, {r['threads']} thread(s) each, the server in a process of its "
+        f"own (batches of at most "
         f"{r['batch_texts']} texts, waiting up to {r['batch_wait_ms']:g} ms for more). `mt "
         f"translate`: all {r['sentences']} sentences in one call (its decoding, the model "
         "already loaded), in the same run, before and after the load. Machine: "
@@ -190,13 +196,21 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch-texts", type=int, default=64)
     parser.add_argument("--batch-wait-ms", type=float, default=10.0)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads of both (OMP_NUM_THREADS): on a "
+        "shared machine, more threads wait on each other at every operator",
+    )
     parser.add_argument("--log", type=Path, help="the server's stderr (default: dropped)")
     parser.add_argument("--markdown", action="store_true", help="print the docs section too")
     args = parser.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the server's
     from mt.data import read_pairs_jsonl
 
     sentences = [src for src, _ in read_pairs_jsonl(args.pairs, "en", "es")]
-    runs = [one_batch(args.model, sentences, args.beam)]
+    runs = [one_batch(args.model, sentences, args.beam, args.threads)]
     options = [
         *("--device", "cpu", "--set", f"decode.beam={args.beam}"),
         *("--batch-texts", str(args.batch_texts), "--batch-wait-ms", str(args.batch_wait_ms)),
@@ -206,7 +220,7 @@ def main() -> None:
         before = health(address)
         server = load(address, sentences, args.clients, args.seconds, args.max_requests)
         after = health(address)
-    runs.append(one_batch(args.model, sentences, args.beam))
+    runs.append(one_batch(args.model, sentences, args.beam, args.threads))
     name, flags = cpu()
     result = {
         "model": args.model,
@@ -215,6 +229,7 @@ def main() -> None:
         "beam": args.beam,
         "batch_texts": args.batch_texts,
         "batch_wait_ms": args.batch_wait_ms,
+        "threads": args.threads,
         "sentences": len(sentences),
         "server": server,
         "mean_batch": (after["texts"] - before["texts"])
