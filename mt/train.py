@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from . import checkpoint
+from . import checkpoint, finetune
 from .config import (
     Config,
     TrainConfig,
@@ -36,7 +36,7 @@ from .config import (
     one_line,
     resumable_keys,
 )
-from .data import SPLITS, Split, collate, inputs_of, prepare, token_batches
+from .data import SPLITS, Split, collate, dropout_epochs, inputs_of, prepare, token_batches
 from .device import autocast, pick_device, precision_for
 from .errors import ConfigError, MtError
 from .files import atomic_write_text, remove
@@ -153,6 +153,7 @@ class Trainer:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self._start_processes()
         resume = self._resume_point(restart)
+        init = finetune.init_file(config) if resume is None else None  # checked before writing
         self._prepare_data()
         torch.manual_seed(config.run.seed)
         self.model = Transformer(
@@ -161,6 +162,7 @@ class Trainer:
             self.data.tgt_tokenizer.get_vocab_size(),
             joint=config.tokenizer.joint,
         ).to(self.device)
+        finetune.start(self.model, init, config, write=self.main)  # weights of train.init, freeze
         self.optimizer = build_optimizer(self.model, config.train, self.device)
         self.autocast, self.precision_why = precision_for(config.train.precision, self.device)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
@@ -214,6 +216,7 @@ class Trainer:
         if not self.main:
             self.data = prepare(self.config, write=False)
         self.train_split = self.data.splits["train"]
+        self.resegment = dropout_epochs(self.data, self.config)  # None without BPE-dropout
         self.src_lengths = np.fromiter(map(len, self.train_split.src), np.int64)
         self.tgt_lengths = np.fromiter(map(len, self.train_split.tgt), np.int64)
 
@@ -334,6 +337,12 @@ class Trainer:
     def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of `epoch`: an equal share of them, since ranks step together."""
         if self._epoch_cache[0] != epoch:
+            if self.resegment:  # BPE-dropout: the same pairs, segmented anew for this epoch
+                self.train_split = self.resegment(epoch)
+                self.src_lengths, self.tgt_lengths = (
+                    np.fromiter(map(len, side), np.int64)
+                    for side in (self.train_split.src, self.train_split.tgt)
+                )
             batches = token_batches(
                 self.src_lengths,
                 self.tgt_lengths,
