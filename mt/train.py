@@ -262,7 +262,8 @@ class Trainer:
         resumable = resumable_keys(self.config)
         differing = [
             k
-            for k in diff_configs(checkpoint.meta_json(meta, "config", file), self.config.to_dict())
+            # defaults filled in: a key added since the checkpoint was saved is not a change
+            for k in diff_configs(checkpoint.read_config(file).to_dict(), self.config.to_dict())
             if k not in resumable
         ]
         if differing:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,26 @@ def test_score_command_prints_each_pair_and_refuses_pairs_too_long(trained, tmp_
     long = write_jsonl(tmp_path / "long.jsonl", [("Hello.", "Hola. " * 200)])
     code, out, err = cli_main("score", str(trained), "--pairs", str(long))
     assert code == 2 and "pair 1:" in err and "positions" in err and not out
+
+
+def test_a_run_saved_before_these_keys_existed_still_resumes(trained, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(trained, run, symlinks=True)
+    file = checkpoint.resolve(run / "checkpoints" / "last")
+    state, meta = checkpoint.load_weights(file)
+    config = json.loads(meta["config"])
+    for section, key in NEW_KEYS:
+        del config[section][key]
+    checkpoint.save_weights(file, state, dict(meta, config=json.dumps(config)))
+    old_corpus = load_config(run / "config.yaml").data.files.train[0]
+    result = train(config_for(Path(old_corpus), run, "train.max_steps=22"))
+    assert result["step"] == 22  # resumed at 20, not refused for keys it never had
+
+
+NEW_KEYS = [
+    ("tokenizer", "model"),
+    ("tokenizer", "dropout"),
+    ("train", "init"),
+    ("train", "freeze"),
+    ("train", "old_share"),
+]
