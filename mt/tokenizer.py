@@ -121,7 +121,7 @@ class BpeDropout:
     All words of a chunk are merged at once, one merge per word per step, in numpy.
     """
 
-    CHUNK = 1 << 16  # words merged together
+    CHUNK = 1 << 14  # words merged together (a chunk is as wide as its longest word)
 
     def __init__(self, tokenizer: Tokenizer, p: float, ids: Sequence[Sequence[int]]) -> None:
         model = json.loads(tokenizer.to_str())["model"]
