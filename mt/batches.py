@@ -43,23 +43,30 @@ class Batches:
         pin: bool = False,  # non_blocking copies to a GPU are asynchronous only when pinned
         prefetch: bool = True,
         collate: Collate = collate,
+        resegment: Callable[[int], Split] | None = None,  # epoch -> its split (BPE-dropout)
     ) -> None:
         self.split, self.max_tokens, self.seed, self.position = split, max_tokens, seed, position
         self.rank, self.world, self.pin, self.collate = rank, world, pin, collate
-        self.src_lengths = np.fromiter(map(len, split.src), np.int64, len(split))
-        self.tgt_lengths = np.fromiter(map(len, split.tgt), np.int64, len(split))
-        self._epoch: tuple[int, list[np.ndarray]] = (-1, [])
+        self.resegment = resegment
+        self._epoch: tuple[int, Split, list[np.ndarray]] = (-1, split, [])
         self._pool = ThreadPoolExecutor(1, "batches") if prefetch else None
         self._ahead: tuple[tuple[int, int], Future[Batch]] | None = None
 
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches (sentence indices) of `epoch`: an equal share, as ranks step
         together; the same for every (seed, epoch)."""
+        return self._epoch_of(epoch)[2]
+
+    def _epoch_of(self, epoch: int) -> tuple[int, Split, list[np.ndarray]]:
+        """`epoch`, its split (segmented anew per epoch with BPE-dropout) and this rank's
+        batches of it."""
         cached = self._epoch  # one read: the prefetch thread may replace it meanwhile
         if cached[0] != epoch:
-            batches = token_batches(
-                self.src_lengths, self.tgt_lengths, self.max_tokens, self.seed, epoch
+            split = self.resegment(epoch) if self.resegment else self.split
+            lengths = (
+                np.fromiter(map(len, side), np.int64, len(split)) for side in (split.src, split.tgt)
             )
+            batches = token_batches(*lengths, self.max_tokens, self.seed, epoch)
             per_rank = len(batches) // self.world
             if per_rank == 0:
                 raise ConfigError(
@@ -67,8 +74,8 @@ class Batches:
                     f"{self.world} processes; lower train.max_tokens"
                 )
             mine = batches[self.rank * per_rank : (self.rank + 1) * per_rank]
-            self._epoch = cached = (epoch, mine)
-        return cached[1]
+            self._epoch = cached = (epoch, split, mine)
+        return cached
 
     def __iter__(self) -> Batches:
         return self
@@ -87,7 +94,8 @@ class Batches:
         return batch
 
     def _make(self, epoch: int, index: int) -> Batch:
-        arrays = self.collate(self.split, self.epoch_batches(epoch)[index])
+        _, split, batches = self._epoch_of(epoch)
+        arrays = self.collate(split, batches[index])
         tensors = tuple(torch.from_numpy(a) for a in arrays)
         return tuple(x.pin_memory() for x in tensors) if self.pin else tensors
 

@@ -221,7 +221,8 @@ def check_resumable(config: Config, path: Path) -> None:
     run_dir, file = Path(config.run.dir), path / WEIGHTS
     meta = read_metadata(file)
     resumable = resumable_keys(config)
-    saved_config = meta_json(meta, "config", file)
+    # defaults filled in: a key added since the checkpoint was saved is not a change
+    saved_config = read_config(file).to_dict()
     differing = [k for k in diff_configs(saved_config, config.to_dict()) if k not in resumable]
     if differing:
         raise ConfigError(
@@ -307,14 +308,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     file = resolve(path)
     state, meta = load_weights(file)
     config = read_config(file)
-    try:
-        src_tok, tgt_tok = (
-            Tokenizer.from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt")
-        )
-    except Exception:  # KeyError, or the tokenizers library's own error
-        raise ConfigError(
-            f"{file}: damaged checkpoint: no valid tokenizers in its metadata"
-        ) from None
+    src_tok, tgt_tok = read_tokenizers(file, meta)
     model = Transformer(
         config.model,
         src_tok.get_vocab_size(),
@@ -330,6 +324,17 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
         ) from None
     model.to(device).eval()
     return Loaded(model, config, src_tok, tgt_tok, file, meta)
+
+
+def read_tokenizers(file: Path, meta: dict[str, str] | None = None) -> tuple[Tokenizer, Tokenizer]:
+    """The source and target tokenizers a weights file was trained with."""
+    meta = read_metadata(file) if meta is None else meta
+    try:
+        return tuple(Tokenizer.from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt"))
+    except Exception:  # KeyError, or the tokenizers library's own error
+        raise ConfigError(
+            f"{file}: damaged checkpoint: no valid tokenizers in its metadata"
+        ) from None
 
 
 def newest_run(runs: Path = Path("runs")) -> Path:

@@ -1,4 +1,4 @@
-"""The `mt` command line: prepare, train, translate, evaluate, average.
+"""The `mt` command line: prepare, train, translate, evaluate, score, average.
 
 Every command takes `--config FILE` and `--set section.key=value` overrides. Errors a person
 can fix print one line on stderr and exit non-zero (2 for usage and configuration errors);
@@ -7,6 +7,7 @@ MT_DEBUG=1 prints their traceback too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -89,6 +90,10 @@ def train(
     restart: Annotated[
         bool, typer.Option(help="Discard the run's checkpoints and metrics and start over.")
     ] = False,
+    init: Annotated[
+        str | None,
+        typer.Option(help="Fine-tune: start from this model (train.init): run or checkpoint."),
+    ] = None,
 ) -> None:
     """Train a model, or resume the run in run.dir where it stopped.
 
@@ -97,9 +102,10 @@ def train(
     """
     from .train import train as run_train
 
+    set_ = [*(set_ or []), *([f"train.init={init}"] if init else [])]
     cfg = _config(config, set_)
     hint = shlex.join(
-        ["mt", "train", "--config", config, *(a for item in set_ or [] for a in ("--set", item))]
+        ["mt", "train", "--config", config, *(a for item in set_ for a in ("--set", item))]
     )
     result = run_train(cfg, restart=restart, resume_hint=hint)
     if result["signal"]:
@@ -333,6 +339,44 @@ def evaluate_command(
             f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
             f"chrF {result['chrf']:.2f}  {result['chrf_signature']}"
         )
+
+
+@app.command(name="score")
+def score_command(
+    checkpoint: Annotated[str, typer.Argument(help="Run folder, checkpoint folder or file.")],
+    pairs: Annotated[
+        str, typer.Option(help="The pairs to score, in any corpus format (.jsonl, .csv ...).")
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a pair.")] = False,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
+    batch_tokens: BatchTokensOption = None,
+    device: DeviceOption = "auto",
+) -> None:
+    """Print the model's log-probability of each pair's translation given its source.
+
+    Each line is LOGPROB<TAB>PER_TOKEN<TAB>SCORE for a pair, in order: the total over the
+    target's tokens and EOS, per token, and length-normalised as beam search ranks
+    (decode.alpha). With --json, an object a line with the pair and its token count too.
+    """
+    from .data import read_pairs
+    from .score import score_pairs
+
+    if not Path(pairs).is_file():
+        raise ConfigError(f"--pairs {pairs}: no such file")
+    loaded, cfg, dev = _load_for_decoding(
+        checkpoint, config, set_, device, "torch", batch_tokens=batch_tokens
+    )
+    found = read_pairs([pairs], cfg.data, "--pairs")
+    scores = score_pairs(
+        loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, found, cfg.decode, dev
+    )
+    for (src, tgt), s in zip(found, scores):
+        if as_json:
+            row = {"src": src, "tgt": tgt, **dataclasses.asdict(s)}
+            typer.echo(json.dumps(row, ensure_ascii=False))
+        else:
+            typer.echo(f"{s.logprob:.4f}\t{s.per_token:.4f}\t{s.score:.4f}")
 
 
 @app.command()

@@ -71,6 +71,10 @@ class TokenizerConfig:
     vocab_size: int = 16000  # per vocabulary, special tokens and the 256 bytes included
     joint: bool = True  # one vocabulary for both languages (allows sharing all embeddings)
     min_frequency: int = 2  # a merge must be seen this often
+    model: Literal["bpe", "unigram"] = "bpe"  # unigram: the model SentencePiece uses
+    # BPE-dropout (Provilkov et al., 2020): each merge is skipped with this probability when
+    # the training pairs are segmented anew each epoch; validation and decoding never drop
+    dropout: float = 0.0
 
 
 @dataclass
@@ -133,6 +137,12 @@ class TrainConfig:
     # health setting changed
     health_checks: bool = resumable(True)
     health_patience: int = resumable(3)  # validations after the warm-up that look collapsed
+    # fine-tuning: start from this model (a run folder, checkpoint folder or weights file):
+    # its weights and tokenizers, a fresh optimiser and schedule; model and tokenizer sections
+    # must be the checkpoint's
+    init: str = ""
+    freeze: Literal["none", "encoder", "embeddings"] = "none"  # parameters that stay as they are
+    old_share: float = 0.0  # share of the training pairs drawn from train.init's own corpus
 
 
 @dataclass
@@ -285,6 +295,8 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         ("model.dropout", m.dropout),
         ("model.attention_dropout", m.attention_dropout),
         ("train.label_smoothing", t.label_smoothing),
+        ("tokenizer.dropout", tok.dropout),
+        ("train.old_share", t.old_share),
     ]:
         if not 0.0 <= value < 1.0:
             fail(key, f"must be in [0, 1), got {value}")
@@ -349,6 +361,10 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
             f"the weights alone would take {weights / 2**30:,.0f} GiB, more than this "
             f"machine's {_memory_bytes() / 2**30:,.0f} GiB of memory",
         )
+    if tok.dropout and tok.model != "bpe":
+        fail("tokenizer.dropout", f"BPE-dropout needs tokenizer.model bpe, not {tok.model}")
+    if t.old_share and not t.init:
+        fail("train.old_share", "mixes in the corpus of train.init, which is not set")
     if d.nbest > d.beam:
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
     if t.schedule in DECAYING and not (t.max_steps or t.max_minutes):

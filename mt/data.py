@@ -3,7 +3,8 @@
 `prepare(config)` is the whole pipeline behind `mt prepare` and the start of `mt train`:
 
     load (hub or files) -> clean -> split by source sentence -> dedup train
-    -> train BPE on train -> encode -> filter train by length and ratio -> cache
+    -> train BPE or unigram on train (or take train.init's) -> encode
+    -> filter train by length and ratio -> cache
 
 The cache lives in `<run.dir>/data/`, keyed by a fingerprint of everything that shapes it,
 so a second run reuses it and a changed setting rebuilds it.
@@ -19,7 +20,7 @@ import sys
 import unicodedata
 import zipfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -254,8 +255,15 @@ def fingerprint(config: Config) -> str:
         "version": CACHE_VERSION,
         "seed": config.run.seed,
         "data": dataclasses.asdict(data),
-        "tokenizer": dataclasses.asdict(config.tokenizer),
+        # dropout does not shape the cache; bpe hashes as it did before tokenizer.model existed
+        "tokenizer": {
+            k: v
+            for k, v in dataclasses.asdict(config.tokenizer).items()
+            if k != "dropout" and (k, v) != ("model", "bpe")
+        },
     }
+    if config.train.init:  # its tokenizers, and its corpus where old_share mixes some in
+        inputs["init"] = [config.train.init, config.train.old_share]
     if data.source == "files":
         inputs["files"] = {
             name: [_file_id(f) for f in getattr(data.files, name) or []] for name in SPLITS
@@ -304,7 +312,7 @@ RUN_README = """\
 
 - `config.yaml`: the resolved configuration of the run (every key, defaults included).
 - `{tokenizer}` (and its target-side twin if the vocabularies are separate): the byte-level
-  BPE tokenizer in the standard `tokenizers` format. Outside `mt`:
+  BPE (or unigram) tokenizer in the standard `tokenizers` format. Outside `mt`:
 
       tok = tokenizers.Tokenizer.from_file("{tokenizer}")
       tok.encode_special_tokens = True   # a literal "</s>" in a sentence is text (not saved)
@@ -312,6 +320,7 @@ RUN_README = """\
 
   Ids 0-3 are <pad> <s> </s> <unk>. The decoder starts from <s>; `tok.decode(ids)` drops
   the special tokens.
+- `init.json` (fine-tuned runs only): the checkpoint the run started from.
 - `data/`: the cleaned, split and encoded corpus (`meta.json` holds its statistics).
 - `metrics.jsonl`: one JSON object a line, `"kind": "train"` or `"valid"`.
 - `checkpoints/step-N/`: `model.safetensors` (weights; its metadata holds the config and both
@@ -334,9 +343,16 @@ def _build(config: Config, fp: str) -> Prepared:
     drops["duplicate"] = len(corpus["train"]) - len(train)
     if not train:
         raise MtError("no training pairs are left after cleaning")
-    src_tok, tgt_tok = tok.train_tokenizers(
-        [s for s, _ in train], [t for _, t in train], config.tokenizer
-    )
+    if config.train.old_share:
+        train = dedup(train + old_pairs(config, len(train), corpus["valid"] + corpus["test"]))
+    if config.train.init:  # fine-tuning: the vocabulary its model was trained with
+        from .checkpoint import read_tokenizers, resolve
+
+        src_tok, tgt_tok = read_tokenizers(resolve(config.train.init))
+    else:
+        src_tok, tgt_tok = tok.train_tokenizers(
+            [s for s, _ in train], [t for _, t in train], config.tokenizer
+        )
     splits = {}
     for name in SPLITS:
         pairs = train if name == "train" else corpus[name]
@@ -373,6 +389,45 @@ def _build(config: Config, fp: str) -> Prepared:
         },
     }
     return Prepared(splits, src_tok, tgt_tok, stats, reused=False)
+
+
+def old_pairs(config: Config, new: int, held_out: Sequence[Pair]) -> list[Pair]:
+    """Pairs of train.init's own training corpus, a seeded sample that makes `train.old_share`
+    of the training pairs beside `new` new ones (all there are, if fewer), none with the source
+    of a held-out pair: rehearsing the old data makes fine-tuning forget less of it."""
+    from .checkpoint import read_config
+
+    share = config.train.old_share
+    old = read_config(config.train.init).data
+    pairs = dedup(clean(load_raw(old).get("train", []), {}))
+    keys = {source_key(src) for src, _ in held_out}
+    pairs = [pair for pair in pairs if source_key(pair[0]) not in keys]
+    count = min(len(pairs), round(new * share / (1 - share)))
+    pick = np.random.default_rng(config.run.seed).choice(len(pairs), count, replace=False)
+    return [pairs[i] for i in sorted(pick)]
+
+
+def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split] | None:
+    """With tokenizer.dropout: epoch -> the training pairs segmented anew by BPE-dropout, a
+    function of (run.seed, epoch) alone, so that a resumed run (or another process) redoes an
+    epoch exactly. A pair that comes out longer than data.max_length keeps its usual ids.
+    None without dropout."""
+    if not config.tokenizer.dropout:
+        return None
+    train, limit = prepared.splits["train"], config.data.max_length
+    pairs = ((prepared.src_tokenizer, train.src), (prepared.tgt_tokenizer, train.tgt))
+    sides = [tok.BpeDropout(tokenizer, config.tokenizer.dropout, ids) for tokenizer, ids in pairs]
+
+    def epoch_split(epoch: int) -> Split:
+        rng = np.random.default_rng([config.run.seed, epoch, 1])  # not token_batches' stream
+        src, tgt = (side.sample(rng) for side in sides)
+        fits = [len(s) <= limit and len(t) <= limit for s, t in zip(src, tgt)]
+        return Split(
+            [s if ok else old for s, old, ok in zip(src, train.src, fits)],
+            [t if ok else old for t, old, ok in zip(tgt, train.tgt, fits)],
+        )
+
+    return epoch_split
 
 
 def _length_filter(

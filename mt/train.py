@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, health, metrics
+from . import checkpoint, finetune, health, metrics
 from .batches import Batch, Batches, Position
 from .config import EOS, Config, TrainConfig, check_training_stops, one_line
-from .data import inputs_of, prepare
+from .data import dropout_epochs, inputs_of, prepare
 from .errors import ConfigError, Unhealthy
 from .files import remove
 from .health import Checks, Vitals
@@ -135,6 +135,7 @@ class Trainer:
         self.ranks = Ranks(config.run.device)
         self.device, self.main = self.ranks.device, self.ranks.main
         resume = self._resume_point(restart)
+        init = finetune.init_file(config) if resume is None else None  # checked before writing
         if self.main:  # rank 0 builds (or reuses) the cache first; the others then read it
             self.data = prepare(config)
         self.ranks.barrier()
@@ -147,6 +148,7 @@ class Trainer:
             self.data.tgt_tokenizer.get_vocab_size(),
             joint=config.tokenizer.joint,
         ).to(self.device)
+        finetune.start(self.model, init, config, write=self.main)  # weights of train.init, freeze
         self.updater = Updater(self.model, t, self.ranks)
         self.state = TrainState()
         targets = self.data.splits["train"].tgt
@@ -165,6 +167,7 @@ class Trainer:
             self.ranks.rank,
             self.ranks.world,
             pin=self.device.type == "cuda",
+            resegment=dropout_epochs(self.data, config),  # None without BPE-dropout
         )
         self.updater.wrap()
         # called after every update with its result and batches (timing, counting, checks)

@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "runs" / "bench" / "results.json"
 RUN = ROOT / "runs" / "bench" / "tatoeba_cpu"
 DOC = ROOT / "docs" / "benchmarks.md"
+# what follows this line in DOC was measured by hand (one-off comparisons): kept as it is
+KEPT = "<!-- measured by hand, below: make bench keeps it as it is -->"
 PY = sys.executable
 MT = str(Path(sys.executable).parent / "mt")
 
@@ -333,6 +335,12 @@ def render_export(e: dict) -> list[str]:
         "quarter of the weight traffic.",
         "",
     ]
+
+
+def kept() -> str:
+    """The hand-measured end of DOC, from its marker on ("" if there is none)."""
+    text = DOC.read_text(encoding="utf-8") if DOC.is_file() else ""
+    return "\n" + KEPT + text.partition(KEPT)[2] if KEPT in text else ""
 
 
 def machine() -> str:
@@ -657,9 +665,9 @@ def main() -> None:
         results["machine"] = machine()
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(json.dumps(results, indent=2))
-        DOC.write_text(render(results))
+        DOC.write_text(render(results) + kept())
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(render(results))
+    DOC.write_text(render(results) + kept())
     plot_budget(results)
     print(f"wrote {DOC}", file=sys.stderr)
 

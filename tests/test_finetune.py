@@ -1,0 +1,169 @@
+"""Fine-tuning from a checkpoint (train.init, --init) and `mt score`, on tiny models."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import HELD_OUT, PAIRS, write_jsonl
+
+from mt import checkpoint
+from mt.config import load_config
+from mt.data import normalize, prepare
+from mt.finetune import FROZEN
+from mt.score import score_ids, score_pairs
+from mt.train import Trainer, train
+from mt.translate import source_ids, translate_ids
+
+# the new domain: pairs the old model never saw
+NEW_PAIRS = [(f"I have {n} red cats.", f"Tengo {n} gatos rojos.") for n in range(40)]
+
+
+def config_for(corpus: Path, run_dir: Path, *overrides: str):
+    return load_config(
+        "tiny.yaml",
+        [
+            f"data.files.train={corpus}",
+            f"run.dir={run_dir}",
+            f"data.valid_size={HELD_OUT}",
+            f"data.test_size={HELD_OUT}",
+            "train.max_tokens=200",
+            "train.eval_sentences=4",
+            "train.eval_examples=0",
+            *overrides,
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A tiny model trained 20 updates on the shared corpus."""
+    folder = tmp_path_factory.mktemp("old")
+    run = folder / "run"
+    train(config_for(write_jsonl(folder / "old.jsonl", PAIRS), run))
+    return run
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load_weights(checkpoint.resolve(path))[0]
+
+
+def test_finetuning_starts_from_the_checkpoint_learns_the_new_data_and_freezes(trained, tmp_path):
+    new = write_jsonl(tmp_path / "new.jsonl", NEW_PAIRS)
+    run = tmp_path / "ft"
+    trainer = Trainer(
+        config_for(new, run, f"train.init={trained}", "train.freeze=encoder", "train.log_every=1")
+    )
+    start = weights(trained)
+    assert all(torch.equal(v, start[k]) for k, v in trainer.model.state_dict().items())
+    assert trainer.state.step == 0  # a fresh optimiser and schedule
+    assert (run / "tokenizer.json").read_text() == (trained / "tokenizer.json").read_text()
+    trainer.run()
+    end = weights(run / "checkpoints" / "last")
+    frozen = [k for k in end if k.startswith(FROZEN["encoder"])]
+    assert frozen and all(torch.equal(end[k], start[k]) for k in frozen)
+    assert not torch.equal(end["decoder.0.ff.0.weight"], start["decoder.0.ff.0.weight"])
+    losses = [
+        json.loads(line)["loss"]
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "train"
+    ]
+    assert len(losses) == 20 and sum(losses[-3:]) < sum(losses[:3]) - 1.5  # nats a token
+    record = json.loads((run / "init.json").read_text())
+    best = checkpoint.resolve(trained)  # a run folder starts from its best checkpoint
+    assert record == {"init": str(trained), "weights": str(best.resolve()), "step": 10}
+
+
+def test_old_share_mixes_in_the_old_corpus(trained, tmp_path):
+    new = write_jsonl(tmp_path / "new.jsonl", NEW_PAIRS)
+    alone = prepare(config_for(new, tmp_path / "a", f"train.init={trained}"))
+    mixed = prepare(config_for(new, tmp_path / "b", f"train.init={trained}", "train.old_share=0.5"))
+    assert len(mixed.splits["train"]) == 2 * len(alone.splits["train"])
+    assert mixed.splits["valid"].src_text == alone.splits["valid"].src_text
+
+
+@pytest.mark.parametrize(
+    "init, extra, expected",
+    [
+        ("TRAINED", ["--set", "model.d_model=64"], "model.d_model differ"),
+        ("TRAINED", ["--set", "tokenizer.vocab_size=500"], "tokenizer.vocab_size differ"),
+        ("nowhere", [], "train.init: nowhere: no checkpoint found"),
+        ("FOREIGN", [], "not a readable safetensors checkpoint"),
+    ],
+)
+def test_bad_init_is_refused_in_one_line_and_nothing_is_written(
+    trained, tmp_path, cli_main, init, extra, expected
+):
+    foreign = tmp_path / "foreign.safetensors"
+    foreign.write_bytes(b"not a checkpoint")
+    init = {"TRAINED": str(trained), "FOREIGN": str(foreign)}.get(init, init)
+    run = tmp_path / "ft"
+    new = write_jsonl(tmp_path / "new.jsonl", NEW_PAIRS)
+    args = ["--set", f"data.files.train={new}", "--set", f"run.dir={run}", *extra]
+    code, _, err = cli_main("train", "--config", "tiny.yaml", "--init", init, *args)
+    assert code == 2 and expected in err and len(err.splitlines()) == 1, err
+    assert not run.exists()
+
+
+def test_score_equals_the_beams_own_scores(trained):
+    loaded = checkpoint.load(trained)
+    cfg = dataclasses.replace(loaded.config.decode, beam=3, nbest=3, alpha=0.6, precision="fp32")
+    sources = [src for src, _ in PAIRS[:16] if src.strip()]
+    src_ids = source_ids(loaded.model, loaded.src_tokenizer, sources)
+    found = translate_ids(loaded.model, src_ids, cfg)
+    flat = [(s, h) for s, hyps in zip(src_ids, found) for h in hyps]
+    scored = score_ids(loaded.model, [s for s, _ in flat], [h.tokens for _, h in flat], cfg)
+    assert len(flat) == 3 * len(sources)
+    for (_, hyp), s in zip(flat, scored):
+        assert s.logprob == pytest.approx(hyp.logprob, abs=1e-4)
+        assert s.score == pytest.approx(hyp.score, abs=1e-4)
+        assert s.tokens == len(hyp.tokens) + 1
+
+
+def test_score_command_prints_each_pair_and_refuses_pairs_too_long(trained, tmp_path, cli_main):
+    pairs = [(normalize(s), normalize(t)) for s, t in PAIRS[:12] if s.strip() and t.strip()]
+    file = write_jsonl(tmp_path / "pairs.jsonl", pairs)
+    code, out, err = cli_main(
+        "score", str(trained), "--pairs", str(file), "--json", "--device", "cpu"
+    )
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    loaded = checkpoint.load(trained)
+    expected = score_pairs(
+        loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, pairs, loaded.config.decode
+    )
+    assert [r["tgt"] for r in rows] == [t for _, t in pairs]
+    assert [r["score"] for r in rows] == pytest.approx([e.score for e in expected], abs=1e-5)
+    assert all(r["per_token"] == pytest.approx(r["logprob"] / r["tokens"]) for r in rows)
+    code, out, _ = cli_main("score", str(trained), "--pairs", str(file))
+    assert [len(line.split("\t")) for line in out.splitlines()] == [3] * len(pairs)
+    long = write_jsonl(tmp_path / "long.jsonl", [("Hello.", "Hola. " * 200)])
+    code, out, err = cli_main("score", str(trained), "--pairs", str(long))
+    assert code == 2 and "pair 1:" in err and "positions" in err and not out
+
+
+def test_a_run_saved_before_these_keys_existed_still_resumes(trained, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(trained, run, symlinks=True)
+    file = checkpoint.resolve(run / "checkpoints" / "last")
+    state, meta = checkpoint.load_weights(file)
+    config = json.loads(meta["config"])
+    for section, key in NEW_KEYS:
+        del config[section][key]
+    checkpoint.save_weights(file, state, dict(meta, config=json.dumps(config)))
+    old_corpus = load_config(run / "config.yaml").data.files.train[0]
+    result = train(config_for(Path(old_corpus), run, "train.max_steps=22"))
+    assert result["step"] == 22  # resumed at 20, not refused for keys it never had
+
+
+NEW_KEYS = [
+    ("tokenizer", "model"),
+    ("tokenizer", "dropout"),
+    ("train", "init"),
+    ("train", "freeze"),
+    ("train", "old_share"),
+]

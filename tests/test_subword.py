@@ -1,0 +1,89 @@
+"""Subword models: unigram beside BPE, and seeded BPE-dropout for training batches."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from conftest import HELD_OUT, PAIRS, TATOEBA_TRAIN, prepare_args
+
+from mt import checkpoint
+from mt import tokenizer as tok
+from mt.config import TokenizerConfig, load_config
+from mt.data import normalize
+from mt.train import train
+
+
+def texts_for_test(limit: int) -> list[str]:
+    """Tatoeba's Spanish when the shared data is there (real text), else the tiny corpus."""
+    if TATOEBA_TRAIN.is_file():
+        with gzip.open(TATOEBA_TRAIN, "rt", encoding="utf-8") as f:
+            return [normalize(json.loads(line)["es"]) for line, _ in zip(f, range(limit))]
+    return [normalize(t) for _, t in PAIRS if t.strip()]
+
+
+def test_bpe_dropout_is_seeded_round_trips_and_without_dropout_is_encode():
+    texts = [*texts_for_test(3000), "a </s> b  😀\tñ", "x" * 40]
+    tokenizer = tok.train_tokenizer(texts, TokenizerConfig(vocab_size=1000, min_frequency=2))
+    ids = tok.encode(tokenizer, texts)
+    same = tok.BpeDropout(tokenizer, 0.0, ids).sample(np.random.default_rng(0))
+    assert [x.tolist() for x in same] == ids  # the merges, applied as `tokenizers` does
+    dropout = tok.BpeDropout(tokenizer, 0.1, ids)
+    a, b, c = (dropout.sample(np.random.default_rng(seed)) for seed in (1, 1, 2))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))  # seeded: a resume redoes it
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+    assert tok.decode(tokenizer, a) == tok.decode(tokenizer, ids) == texts  # round trip exact
+    grown = sum(map(len, a)) / sum(map(len, ids))
+    assert 1.05 < grown < 1.5  # shorter pieces, about as the paper's p = 0.1 gives
+
+
+def test_unigram_trains_round_trips_and_a_vocabulary_too_small_is_refused(
+    corpus_file, tmp_path, cli_main
+):
+    run = tmp_path / "uni"
+    args = prepare_args(corpus_file, run, "--set", "tokenizer.model=unigram", "--json")
+    code, out, err = cli_main(*args)
+    assert code == 0, err
+    stats = json.loads(out)
+    assert stats["round_trip"]["src"] == stats["round_trip"]["tgt"] == 1.0
+    saved = json.loads((run / "tokenizer.json").read_text())
+    assert saved["model"]["type"] == "Unigram" and saved["model"]["vocab"][:4][0][0] == "<pad>"
+    small = tmp_path / "small"
+    args = prepare_args(corpus_file, small, "--set", "tokenizer.model=unigram")
+    code, _, err = cli_main(*args, "--set", "tokenizer.vocab_size=260")
+    assert code == 2 and "tokenizer.vocab_size: 260 is too small for the unigram alphabet" in err
+    assert len(err.splitlines()) == 1 and not small.exists()
+    code, _, err = cli_main(*args, "--set", "tokenizer.dropout=0.1")
+    assert code == 2 and "BPE-dropout needs tokenizer.model bpe" in err
+
+
+def test_training_with_bpe_dropout_resumes_exactly(corpus_file, tmp_path):
+    def config(run: Path, steps: int):
+        return load_config(
+            "tiny.yaml",
+            [
+                f"data.files.train={corpus_file}",
+                f"run.dir={run}",
+                f"data.valid_size={HELD_OUT}",
+                f"data.test_size={HELD_OUT}",
+                "train.max_tokens=200",  # 5 batches an epoch: 8 updates cross into epoch 1
+                "train.eval_every=100",
+                "train.save_every=100",
+                "tokenizer.dropout=0.1",
+                f"train.max_steps={steps}",
+            ],
+        )
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(config(straight, 8))
+    train(config(resumed, 6))
+    result = train(config(resumed, 8))
+    assert result["epoch"] >= 1
+    a, b = (
+        checkpoint.load_weights(r / "checkpoints" / "last" / "model.safetensors")[0]
+        for r in (straight, resumed)
+    )
+    assert all(torch.equal(a[k], b[k]) for k in a)
