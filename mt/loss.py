@@ -22,10 +22,11 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
 
 
 class SmoothedLoss(torch.autograd.Function):
-    """Rows in chunks, each in float32 at least (bf16 log-probabilities are too coarse for a
-    loss), and the gradient made with the loss, in place of each chunk's log-probabilities,
-    then kept in the logits' dtype: a GPU batch of 64k tokens over 16k words would otherwise
-    keep 4 GiB of float32 log-probabilities for the backward pass, which only scales it."""
+    """Rows in chunks of at most CHUNK logits, each in float32 at least (bf16 log-probabilities
+    are too coarse for a loss), the gradient made with the loss in place of each chunk's
+    log-probabilities; the backward pass only scales it. One chunk stays in float32 until
+    scaled (CHUNK bounds it); more go into a gradient in the logits' dtype: a GPU batch of
+    64k tokens over 16k words would otherwise keep 4 GiB of float32 for the backward pass."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, epsilon: float):
@@ -44,10 +45,11 @@ class SmoothedLoss(torch.autograd.Function):
                 lprobs.exp_().sub_(epsilon / lprobs.size(-1))
                 lprobs.scatter_add_(1, t, lprobs.new_full(t.shape, epsilon - 1.0))
                 if grad is None:
-                    grad = lprobs.to(logits.dtype)  # one chunk: no copy in float32
+                    grad = lprobs
                 else:
                     grad[rows] = lprobs
         ctx.save_for_backward(grad, keep)
+        ctx.dtype = logits.dtype
         ctx.mark_non_differentiable(nll)
         return (1.0 - epsilon) * nll + epsilon * uniform, nll
 
@@ -55,7 +57,7 @@ class SmoothedLoss(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
         grad, keep = ctx.saved_tensors
         # in place: a second backward through the same loss is refused (a version mismatch)
-        return grad.mul_((keep * grad_loss).unsqueeze(1)), None, None
+        return grad.mul_((keep * grad_loss).unsqueeze(1)).to(ctx.dtype), None, None
 
 
 def _chunks(logits: torch.Tensor) -> list[slice]:
