@@ -14,7 +14,8 @@ run rebuilds the same epoch.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .errors import ConfigError
 
 ROW_MULTIPLE = 128  # default row lengths are multiples of FlexAttention's block size
 
-__all__ = ["Flat", "PackedBatch", "Rows", "collate_packed", "pack_rows", "row_length"]
+__all__ = ["Flat", "PackedBatch", "Rows", "collate_packed", "each", "pack_rows", "row_length"]
 
 
 class Rows(NamedTuple):
@@ -43,6 +44,13 @@ class PackedBatch(NamedTuple):
     tgt_doc: np.ndarray
     src_pos: np.ndarray  # position of each token in its sentence (0 at padding)
     tgt_pos: np.ndarray
+
+
+def each(fn: Callable[[Any], Any], batch: Iterable) -> tuple:
+    """`fn` applied to every array (or tensor) of a batch: a PackedBatch stays one, and a
+    padded batch (src, tgt_in, tgt_out) a tuple."""
+    items = map(fn, batch)
+    return type(batch)(*items) if isinstance(batch, PackedBatch) else tuple(items)
 
 
 def row_length(config: Config, device_type: str) -> int:
@@ -136,7 +144,7 @@ class Flat(NamedTuple):
     @classmethod
     def of(cls, seqs: list[np.ndarray]) -> Flat:
         length = np.fromiter(map(len, seqs), np.int64, len(seqs))
-        ids = np.concatenate(seqs).astype(np.int64) if seqs else np.zeros(0, np.int64)
+        ids = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
         return cls(ids, np.cumsum(length) - length, length)
 
 

@@ -18,6 +18,7 @@ from torch._inductor.exc import InductorError
 
 from .config import one_line
 from .errors import ConfigError
+from .packing import each
 
 Forward = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch -> (loss, nll)
 
@@ -105,8 +106,8 @@ def _rows_that_fit(forward: Forward, batch, model, states, budget: int) -> int:
     part = rows // 2
     while part >= 1 and len(measured) < 2:
         try:
-            part_of = type(batch)(*(x[:part] for x in batch))
-            measured.append((part, _measure(forward, part_of, model, states)[1]))
+            rows_of = each(lambda x, part=part: x[:part], batch)
+            measured.append((part, _measure(forward, rows_of, model, states)[1]))
         except torch.OutOfMemoryError:
             pass
         part //= 2
