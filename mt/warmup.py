@@ -33,7 +33,8 @@ def compiles(setting: bool | str, device_type: str, packed: bool) -> bool:
 @dataclass
 class Rehearsal:
     forward: Forward  # what to train with: compiled, or not where compiling failed
-    seconds: float  # of the first update: compiling, mostly
+    compiled: bool
+    seconds: float  # of the first update: compiling, mostly, when compiled
     peak_bytes: int  # GPU memory at its peak (0 off CUDA)
 
 
@@ -59,7 +60,7 @@ def rehearse(
             seconds, peak = _measure(run, batch, model, states)
         except (TorchDynamoException, InductorError) as e:
             say(f"warning: compiling the training step failed; training uncompiled: {one_line(e)}")
-            run = forward
+            run, compile = forward, False
             seconds, peak = _measure(run, batch, model, states)
     except torch.OutOfMemoryError:
         pass  # peak None: refused below
@@ -77,7 +78,7 @@ def rehearse(
                     else "not even a small part of one does: use a smaller model"
                 )
             )
-    return Rehearsal(run, seconds, peak or 0)
+    return Rehearsal(run, compile, seconds, peak or 0)
 
 
 def _measure(run: Forward, batch, model, states) -> tuple[float, int]:
