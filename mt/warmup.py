@@ -20,6 +20,7 @@ from .config import one_line
 from .errors import ConfigError
 from .packing import each
 
+HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentation
 Forward = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch -> (loss, nll)
 
 
@@ -53,6 +54,9 @@ def rehearse(
     train.max_tokens (a batch's budget) and the largest that fits, when it does not fit."""
     device = batch[0].device
     states = _rng_states(device)
+    if device.type == "cuda":  # what this process may take: free, and what it holds already
+        free, total = torch.cuda.mem_get_info(device)
+        budget = int(HEADROOM * (free + torch.cuda.memory_reserved(device))) - state_bytes
     run = torch.compile(forward, dynamic=False) if compile else forward
     seconds, peak = 0.0, None
     try:
@@ -64,20 +68,19 @@ def rehearse(
             seconds, peak = _measure(run, batch, model, states)
     except torch.OutOfMemoryError:
         pass  # peak None: refused below
-    if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-        if peak is None or peak + state_bytes > total:
-            fits = _rows_that_fit(forward, batch, model, states, total - state_bytes)
-            rows = len(batch[0])
-            raise ConfigError(
-                f"train.max_tokens: a batch of {max_tokens} tokens does not fit the "
-                f"{total / 2**30:.0f} GiB of this GPU (tried before the first update); "
-                + (
-                    f"about {max_tokens * fits // rows} do: set train.max_tokens to that or less"
-                    if fits
-                    else "not even a small part of one does: use a smaller model"
-                )
+    if device.type == "cuda" and (peak is None or peak > budget):
+        fits = _rows_that_fit(forward, batch, model, states, budget)
+        rows = len(batch[0])
+        raise ConfigError(
+            f"train.max_tokens: a batch of {max_tokens} tokens does not fit this GPU "
+            f"({total / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free; tried before the first "
+            "update); "
+            + (
+                f"about {max_tokens * fits // rows} do: set train.max_tokens to that or less"
+                if fits
+                else "not even a small part of one does: use a smaller model"
             )
+        )
     return Rehearsal(run, compile, seconds, peak or 0)
 
 
