@@ -122,9 +122,9 @@ class TrainConfig:
     compile: bool = resumable(False)  # torch.compile the model
     # Sentences packed side by side into rows of train.pack_length tokens (mt/packing.py):
     # every batch has one shape, without padding; attention never crosses sentences and
-    # positions restart at each. auto: packed on CUDA, where one shape is what lets compiled
-    # kernels and CUDA graphs pay; padded batches of similar lengths elsewhere (on a CPU
-    # attention over whole rows costs more than the few percent of padding saved)
+    # positions restart at each. auto: packed on CUDA, where one shape is what lets a compiled
+    # step pay; padded batches of similar lengths elsewhere (on a CPU attention over whole
+    # rows costs more than the few percent of padding saved)
     pack: Literal["auto", True, False] = "auto"
     pack_length: int = 0  # tokens a packed row; 0: data.max_length + 1 rounded up to 128
 
