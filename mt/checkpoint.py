@@ -28,7 +28,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from .config import Config, config_from_dict
+from .config import Config, config_from_dict, diff_configs, resumable_keys
 from .errors import ConfigError
 from .files import atomic_path, remove
 
@@ -60,7 +60,7 @@ def save(
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write `step-N/` atomically and return its path."""
-    final = ckpt_dir / f"step-{step:08d}"
+    final = step_dir(ckpt_dir, step)
     with atomic_path(final) as tmp:  # saved again at the same step (best, then last): replaced
         tmp.mkdir()
         save_weights(tmp / WEIGHTS, model.state_dict(), metadata(config, tokenizers, step, extra))
@@ -108,14 +108,23 @@ def point(ckpt_dir: Path, name: str, target: Path) -> None:
         os.symlink(target.name, tmp)
 
 
+def step_dir(ckpt_dir: Path, step: int) -> Path:
+    """The folder of the checkpoint saved after update `step`."""
+    return ckpt_dir / f"step-{step:08d}"
+
+
+def step_dirs(ckpt_dir: Path) -> list[Path]:
+    """The step folders under `ckpt_dir`, oldest first (none if it does not exist)."""
+    steps = [(int(m.group(1)), p) for p in ckpt_dir.glob("step-*") if (m := STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(steps)]
+
+
 def prune(ckpt_dir: Path, keep_last: int) -> None:
     """Remove all but the newest `keep_last` step checkpoints and those best/last refer to."""
-    steps = sorted(
-        (int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := STEP_DIR.match(p.name))
-    )
-    keep = {p.resolve() for _, p in steps[-keep_last:]}
+    steps = step_dirs(ckpt_dir)
+    keep = {p.resolve() for p in steps[-keep_last:]}
     keep |= {(ckpt_dir / link).resolve() for link in ("last", "best") if (ckpt_dir / link).exists()}
-    for _, path in steps:
+    for path in steps:
         if path.resolve() not in keep:
             remove(path)
     for leftover in ckpt_dir.glob(".step-*"):  # temporaries of an interrupted save
@@ -124,12 +133,7 @@ def prune(ckpt_dir: Path, keep_last: int) -> None:
 
 def newest_steps(ckpt_dir: Path, count: int) -> list[Path]:
     """Weights files of the newest `count` step checkpoints, oldest first."""
-    steps = sorted(
-        (int(m.group(1)), p)
-        for p in ckpt_dir.glob("step-*")
-        if (m := STEP_DIR.match(p.name)) and (p / WEIGHTS).is_file()
-    )
-    return [p / WEIGHTS for _, p in steps[-count:]]
+    return [p / WEIGHTS for p in step_dirs(ckpt_dir) if (p / WEIGHTS).is_file()][-count:]
 
 
 def average(files: list[Path], out: Path) -> None:
@@ -177,12 +181,62 @@ def is_complete(step_dir: Path) -> bool:
 
 def newest_complete(ckpt_dir: Path) -> Path | None:
     """The newest step folder a run can resume from, None if there is none."""
-    steps = sorted(
-        (int(m.group(1)), p)
-        for p in ckpt_dir.glob("step-*")
-        if (m := STEP_DIR.match(p.name)) and is_complete(p)
-    )
-    return steps[-1][1] if steps else None
+    complete = [p for p in step_dirs(ckpt_dir) if is_complete(p)]
+    return complete[-1] if complete else None
+
+
+def resume_point(ckpt_dir: Path) -> tuple[Path | None, str]:
+    """The checkpoint a run resumes from: `last`, else the newest complete one, with a notice
+    that says so; None when there is none to resume from."""
+    last = ckpt_dir / "last"
+    if is_complete(last):
+        return last.resolve(), ""
+    path = newest_complete(ckpt_dir)
+    if path is None and last.is_symlink():
+        raise ConfigError(
+            f"{last}: points to {os.readlink(last)}, which is missing or incomplete, and "
+            "no complete checkpoint is left; use --restart to start over"
+        )
+    if path is None:
+        return None, ""
+    why = f"points to {os.readlink(last)}, which is" if last.is_symlink() else "is"
+    notice = f"{last} {why} missing or incomplete; resuming from {path.name}, the newest "
+    return path, notice + "complete checkpoint"
+
+
+def check_resumable(config: Config, path: Path) -> None:
+    """An error if the config, the data or the tokenizers differ from what the weights of
+    checkpoint `path` were trained with."""
+    from .data import SPLITS, inputs_of
+
+    run_dir, file = Path(config.run.dir), path / WEIGHTS
+    meta = read_metadata(file)
+    resumable = resumable_keys(config)
+    saved_config = meta_json(meta, "config", file)
+    differing = [k for k in diff_configs(saved_config, config.to_dict()) if k not in resumable]
+    if differing:
+        raise ConfigError(
+            f"{run_dir}: the config differs from the run's checkpoint in "
+            f"{', '.join(differing)}; use the same config to resume, --restart to start "
+            "over, or another run.dir"
+        )
+    now = inputs_of(config)
+    saved = meta_json(meta, "data_fingerprint", file) if "data_fingerprint" in meta else ""
+    if saved and saved != now["data_fingerprint"]:
+        data = config.data
+        files = ", ".join(f for name in SPLITS for f in getattr(data.files, name) or [])
+        raise ConfigError(
+            f"{run_dir}: the training data ({files or data.name}) changed "
+            f"since {path.name} was saved; its weights cannot go on with other data and "
+            "another vocabulary: use --restart to start over, or a new run.dir"
+        )
+    for name, sha in meta_json(meta, "tokenizers", file).items() if "tokenizers" in meta else ():
+        if now["tokenizers"].get(name) != sha:
+            raise ConfigError(
+                f"{run_dir / name}: missing or changed since {path.name} was saved; its "
+                "weights need the vocabulary they were trained with: use --restart to start "
+                "over, or a new run.dir"
+            )
 
 
 def meta_json(meta: dict[str, str], key: str, file: Path) -> Any:

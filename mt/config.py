@@ -26,6 +26,7 @@ from .errors import ConfigError
 PACKAGED_CONFIGS = Path(__file__).parent / "configs"
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # fixed ids 0..3 in every vocabulary
 PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
+DECAYING = ("cosine", "linear")  # schedules that reach train.min_lr at a horizon
 
 
 def resumable(default: Any) -> Any:
@@ -344,7 +345,7 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         )
     if d.nbest > d.beam:
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
-    if t.schedule in ("cosine", "linear") and not (t.max_steps or t.max_minutes):
+    if t.schedule in DECAYING and not (t.max_steps or t.max_minutes):
         fail(
             "train.schedule",
             f"{t.schedule} decays to train.min_lr at a horizon: set train.max_minutes (the "
@@ -411,7 +412,7 @@ def resumable_keys(config: Config) -> set[str]:
         for f in dataclasses.fields(getattr(config, section.name))
         if f.metadata.get("resumable")
     }
-    if config.train.schedule in ("cosine", "linear"):  # max_steps is their horizon
+    if config.train.schedule in DECAYING:  # max_steps is their horizon
         keys.discard("train.max_steps")
     return keys
 

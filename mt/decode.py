@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mt.model import BOS, EOS, PAD, Transformer
+from mt.model import BOS, EOS, PAD, Transformer, max_length
 
 NEG_INF = float("-inf")
 
@@ -39,7 +39,7 @@ def max_output_lengths(src: Tensor, a: float, b: int) -> Tensor:
 def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
     # -> (B,); the step that must give EOS reads position max_len, which must exist
     limit = torch.as_tensor(max_len, device=src.device).expand(src.size(0))
-    return limit.clamp(max=model.cfg.max_positions - 1)
+    return limit.clamp(max=max_length(model.cfg))
 
 
 def _forbid(scores: Tensor, force_eos: Tensor) -> Tensor:

@@ -41,16 +41,25 @@ def pick_device(
     return torch.device(name)
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags from /proc/cpuinfo (empty where there is none to read)."""
+def cpu_info() -> tuple[str, set[str]]:
+    """The CPU's model name and feature flags from /proc/cpuinfo (empty where there is none to
+    read): the one reader of that file, for precision choices and benchmark records."""
+    name, flags = "", set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.partition(":")[2].split())
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not name:
+                    name = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
     except OSError:
         pass
-    return set()
+    return name, flags
+
+
+def cpu_flags() -> set[str]:
+    return cpu_info()[1]
 
 
 def cpu_amx_bf16() -> bool:

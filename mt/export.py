@@ -259,13 +259,14 @@ def translate_nbest(
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
     from .decode import length_penalty
+    from .model import max_length
     from .translate import source_ids
 
     ids = source_ids(exported, exported.src_tokenizer, texts)
     vocab = _tokens(exported.src_tokenizer)
     # as decode.max_output_lengths: the source length counts its EOS
     limits = [int((len(x) + 1) * cfg.max_len_a + cfg.max_len_b) for x in ids]
-    limits = [min(n, exported.cfg.max_positions - 1) for n in limits]
+    limits = [min(n, max_length(exported.cfg)) for n in limits]
     greedy = cfg.beam == 1 and cfg.nbest == 1
     out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
     todo = [i for i, x in enumerate(ids) if x]

@@ -24,7 +24,13 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from mt.config import BOS, EOS, PAD, UNK, ModelConfig
 from mt.packing import PackedBatch
 
-__all__ = ["BOS", "EOS", "PAD", "UNK", "DecoderState", "Transformer"]
+__all__ = ["BOS", "EOS", "PAD", "UNK", "DecoderState", "Transformer", "max_length"]
+
+
+def max_length(cfg: ModelConfig) -> int:
+    """The most tokens a sentence may have, and a translation before its EOS: every position
+    but one, left for EOS (source, labels, output) or BOS (decoder input)."""
+    return cfg.max_positions - 1
 
 
 def sinusoids(length: int, d_model: int) -> Tensor:
@@ -53,13 +59,11 @@ class Dropout(nn.Dropout):
 
 def explicit_attention(device_type: str, dtype: torch.dtype) -> bool:
     """Whether attention on `device_type` in `dtype` is faster as explicit matmuls and softmax
-    than by SDPA's fused kernels. On the CPU, SDPA's flash kernel in bf16 took 38% of a
-    training step on a Xeon with AMX (whose matmuls use the AMX units), and
-    torch.nn.Transformer, attending by matmuls and softmax, caught up with ours (1.00x).
-    On a Xeon with AVX-512 and no bf16 units, bf16 was faster explicitly too: training 904
-    against 849 tokens/s, beam-5 decoding 2 to 4 times the sentences/s; in float32 a step
-    took 11% less time with SDPA (scripts/bench_train_speed.py checks this on any machine).
-    On GPUs SDPA has fused flash kernels for every precision."""
+    than by SDPA's fused kernels: bf16 and fp16 on the CPU, where SDPA's flash kernel took a
+    large share of a training step on Xeons with and without bf16 units, while in float32
+    SDPA is faster. On GPUs SDPA has fused flash kernels for every precision. The figures:
+    `make bench` (the "mt, SDPA attention" column of docs/benchmarks.md, from
+    scripts/bench_train_speed.py, which checks this rule on any machine)."""
     return device_type == "cpu" and dtype in (torch.bfloat16, torch.float16)
 
 

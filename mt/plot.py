@@ -8,8 +8,6 @@ matplotlib state (the backend, pyplot's figure list) is touched.
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -18,12 +16,13 @@ from typing import Any
 from .config import SPECIAL_TOKENS, DecodeConfig
 from .errors import ConfigError
 from .files import atomic_path
+from .metrics import read_metrics
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'mt[plot]'"
 SPACE = "▁"  # marks a token's leading space, as SentencePiece does
 
 
-def _figure(**kwargs: Any):
+def figure(**kwargs: Any):
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -34,7 +33,7 @@ def _figure(**kwargs: Any):
     return fig
 
 
-def _save(fig, out: Path) -> Path:
+def save_png(fig, out: Path) -> Path:
     """Write the PNG atomically: a viewer refreshing it during training never sees half a file."""
     with atomic_path(out, suffix=".png") as tmp, warnings.catch_warnings():
         # Fonts lack some glyphs (emoji); a box in a label is better than a screen of warnings.
@@ -44,25 +43,6 @@ def _save(fig, out: Path) -> Path:
 
 
 # ----------------------------------------------------------------------------- training curves
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The records of RUN_DIR/metrics.jsonl, without a partial last line (still being written)."""
-    path = run_dir / "metrics.jsonl"
-    if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: no such run folder")
-    if not path.is_file():
-        raise ConfigError(f"{path}: no metrics file; has the run started training?")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    records = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number < len(lines):
-                raise ConfigError(f"{path}:{number}: not a JSON line") from None
-            print(f"mt: warning: {path}:{number}: a partial last line, skipped", file=sys.stderr)
-    return [r for r in records if isinstance(r, dict)]
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
@@ -81,7 +61,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
         rows = [r for r in rows if isinstance(r.get(key), (int, float))]
         return [r["step"] for r in rows], [r[key] for r in rows]
 
-    fig = _figure(figsize=(12, 8), dpi=100, layout="constrained")
+    fig = figure(figsize=(12, 8), dpi=100, layout="constrained")
     (loss, bleu), (lr, speed) = fig.subplots(2, 2, sharex=True)
 
     loss.plot(*xy(train, "loss"), color="tab:blue", lw=1, alpha=0.8, label="train")
@@ -126,7 +106,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     if scores:
         title += f"; best valid BLEU {scores[best]:.2f} at update {steps[best]:,}"
     fig.suptitle(title)
-    return _save(fig, Path(out) if out else run_dir / "training.png")
+    return save_png(fig, Path(out) if out else run_dir / "training.png")
 
 
 def _time_axis(axes: list, records: list[dict]) -> None:
@@ -206,7 +186,7 @@ def plot_attention(
         )
     if not sentence.strip():
         raise ConfigError("the sentence is empty")
-    _figure()  # fail on a missing matplotlib before the slow part
+    figure()  # fail on a missing matplotlib before the slow part
 
     model, src_tok, tgt_tok = loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
     # the same greedy search `translate --beam 1` runs, with the same length limits
@@ -233,7 +213,7 @@ def plot_attention(
     )
     nrows = heads // ncols
     width, height = max(6.0, ncols * panel_w + 1.5), max(4.0, nrows * panel_h + 1.5)
-    fig = _figure(figsize=(width, height), dpi=100, layout="constrained")
+    fig = figure(figsize=(width, height), dpi=100, layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True)
     for h, ax in enumerate(axes.flat):
         image = ax.imshow(weights[h].numpy(), cmap="viridis", vmin=0, vmax=1)
@@ -253,7 +233,7 @@ def plot_attention(
         + textwrap.fill(f"ES: {translation}", wrap),
         fontsize="medium",
     )
-    return translation, _save(fig, Path(out))
+    return translation, save_png(fig, Path(out))
 
 
 def _labels(tokenizer, ids: list[int]) -> list[str]:

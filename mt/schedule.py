@@ -11,10 +11,11 @@ machine or a slow one.
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from .config import Config, TrainConfig
-
-DECAYING = ("cosine", "linear")
+from .config import DECAYING, Config, TrainConfig
 
 
 def time_fitted(t: TrainConfig) -> bool:
@@ -65,3 +66,55 @@ def fit_horizon(
     left = t.max_minutes * 60 - elapsed - validate_s - save_s
     per_update = update_s + validate_s / t.eval_every + save_s / t.save_every
     return max(step + math.floor(left / max(per_update, 1e-9)), step, 1)
+
+
+@dataclass
+class Horizon:
+    """The update at which a decaying schedule reaches its floor, and the costs measured to
+    fit it to the budget: decisions of the clock, a part of the training state so that a
+    resumed run decides as the uninterrupted one would on the same clock readings."""
+
+    WINDOW: ClassVar[int] = 49  # latest updates whose median is the cost of one: robust to
+    # a slow first one
+    at: int = 0  # 0: not known yet
+    update_times: list[float] = field(default_factory=list)  # seconds of the latest updates
+    validate_s: float = 0.0  # seconds the last validation took
+    save_s: float = 0.0  # seconds the last save took
+    fitted_at: float = 0.0  # training seconds when it was last fitted
+
+    def reached(self, step: int) -> bool:
+        return bool(self.at) and step >= self.at
+
+    def timed_update(self, seconds: float) -> None:
+        self.update_times = [*self.update_times[1 - self.WINDOW :], seconds]
+
+    @property
+    def update_s(self) -> float:
+        """The cost of an update: the median of the latest."""
+        return statistics.median(self.update_times)
+
+    def fit(self, t: TrainConfig, step: int, elapsed: float) -> int:
+        """The last update that fits in the budget, from what has been measured so far."""
+        return fit_horizon(t, step, elapsed, self.update_s, self.validate_s, self.save_s)
+
+    def start(self, t: TrainConfig, step: int, elapsed: float) -> bool:
+        """At the start of a session: `max_steps` is the horizon of a decaying schedule, and
+        a budget extended after its horizon was reached is fitted again (then True)."""
+        if t.schedule in DECAYING and t.max_steps:
+            self.at = t.max_steps
+        elif time_fitted(t) and self.reached(step):
+            self.at = self.fit(t, step, elapsed)
+            return True
+        return False
+
+    def propose(self, t: TrainConfig, step: int, elapsed: float, updates: int) -> int:
+        """A new horizon when a fit is due (0: keep this one), after `updates` updates of this
+        session: after updates 1, 2, 4, ... 64, then every hundredth of the budget."""
+        if not time_fitted(t) or (self.reached(step) and updates > 1):
+            return 0  # the last update ran at the floor: done (a resume may extend the budget)
+        early = step & (step - 1) == 0 and step <= 64
+        if not (early or elapsed - self.fitted_at >= t.max_minutes * 60 / 100):
+            return 0
+        self.fitted_at = elapsed
+        return max(self.fit(t, step, elapsed), step + 1)  # the update that ends the run runs
+        # at the floor

@@ -17,7 +17,7 @@ from .config import DecodeConfig
 from .data import pad_batch
 from .decode import Hypothesis, beam_search, greedy, max_output_lengths
 from .device import autocast, precision_for
-from .model import EOS, Transformer
+from .model import EOS, Transformer, max_length
 
 
 def translate(
@@ -59,7 +59,7 @@ def translate_nbest(
 def source_ids(model: Transformer, tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of each text, cut (with a warning) to what the model's positions hold."""
     ids = tok.encode(tokenizer, texts)
-    limit = model.cfg.max_positions - 1  # room for EOS
+    limit = max_length(model.cfg)
     too_long = sum(len(x) > limit for x in ids)
     if too_long:
         print(

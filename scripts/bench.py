@@ -34,6 +34,8 @@ from pathlib import Path
 import yaml
 from bench_train_speed import CPU_FLAGS, REFERENCE_THEN
 
+from mt.metrics import read_metrics
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "runs" / "bench" / "results.json"
 RUN = ROOT / "runs" / "bench" / "tatoeba_cpu"
@@ -122,7 +124,7 @@ def train_recipe(data: Path, run_dir: Path, *overrides: str) -> dict:
     started = time.perf_counter()
     _, peak = run(args, log=run_dir.parent / f"{run_dir.name}.log")
     wall = time.perf_counter() - started
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = read_metrics(run_dir)
     train = [m for m in metrics if m["kind"] == "train"]
     config = yaml.safe_load((run_dir / "config.yaml").read_text())["train"]
     test, _ = run([MT, "evaluate", str(run_dir), "--pairs",
@@ -180,9 +182,9 @@ def plot_budget(results: dict) -> Path | None:
     runs = budget_runs(results)
     if len(runs) < 2:
         return None
-    from mt.plot import _figure, _save
+    from mt.plot import figure, save_png
 
-    fig = _figure(figsize=(6, 4), dpi=100, layout="constrained")
+    fig = figure(figsize=(6, 4), dpi=100, layout="constrained")
     ax = fig.subplots()
     minutes = [r["budget_s"] / 60 for r in runs]
     ax.plot(minutes, [r["test_bleu5"] for r in runs], "o-", color="tab:green")
@@ -193,7 +195,7 @@ def plot_budget(results: dict) -> Path | None:
            xlabel="training budget, minutes (train.max_minutes)",
            ylabel="Tatoeba test BLEU, beam 5", title="What each extra minute buys")  # fmt: skip
     ax.grid(alpha=0.3)
-    return _save(fig, ROOT / "docs" / "budget.png")
+    return save_png(fig, ROOT / "docs" / "budget.png")
 
 
 def budget_runs(results: dict) -> list[dict]:
@@ -326,15 +328,10 @@ def render_export(e: dict) -> list[str]:
 
 
 def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    flags = Path("/proc/cpuinfo").read_text().split()
+    from mt.device import cpu_info
+
+    cpu, flags = cpu_info()
+    cpu = cpu or platform.processor()
     vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
     import torch
 

@@ -140,9 +140,9 @@ def bench(name: str, file: Path, folder: Path, args: argparse.Namespace, sentenc
 
 
 def cpu() -> str:
-    info = Path("/proc/cpuinfo").read_text()
-    name = next((x.split(":", 1)[1].strip() for x in info.splitlines() if "model name" in x), "")
-    flags = info.split()
+    from mt.device import cpu_info
+
+    name, flags = cpu_info()
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
     present = " ".join(f for f in wanted if f in flags)
     return f"{name or platform.processor()} (flags: {present}), {os.cpu_count()} cores"

@@ -21,8 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 # Dense bf16 peak (FLOP/s, no sparsity) by a substring of torch.cuda.get_device_name().
 PEAK_BF16 = {
     "H200": 989e12,
@@ -61,31 +59,30 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
     import torch
 
     from mt.config import load_config
+    from mt.model import PAD
     from mt.train import Trainer
 
     trainer = Trainer(load_config(config_name, overrides))
-    split, model_cfg = trainer.train_split, trainer.config.model
+    model_cfg = trainer.config.model
     vocab = trainer.data.tgt_tokenizer.get_vocab_size()
     counted = {"updates": 0, "flops": 0.0, "tokens": 0, "start": 0.0, "end": 0.0}
-    update = trainer._update
 
-    def timed_update(group):
-        if counted["updates"] == WARMUP:
+    def timed(update, batches):
+        """After each update, which ends with losses copied to the host: the GPU is done."""
+        counted["updates"] += 1
+        if counted["updates"] == WARMUP:  # the timing starts after the warm-up updates
             torch.cuda.synchronize()
             counted["start"] = time.perf_counter()
-        result = update(group)  # ends with losses copied to the host: the GPU is done
-        if counted["updates"] >= WARMUP:
+        elif counted["updates"] > WARMUP:
             counted["end"] = time.perf_counter()
-            for batch in group:
-                # +1: EOS on the source and BOS/EOS on the target side, as collate adds them
-                src = np.array([len(split.src[i]) + 1 for i in batch])
-                tgt = np.array([len(split.tgt[i]) + 1 for i in batch])
-                counted["flops"] += 3 * float(forward_flops(model_cfg, vocab, src, tgt).sum())
-                counted["tokens"] += int(tgt.sum())
-        counted["updates"] += 1
-        return result
+            for src, _, tgt_out in batches:  # lengths with EOS (source) and BOS/EOS (target)
+                src_len, tgt_len = ((x != PAD).sum(1).numpy() for x in (src, tgt_out))
+                counted["flops"] += 3 * float(
+                    forward_flops(model_cfg, vocab, src_len, tgt_len).sum()
+                )
+                counted["tokens"] += int(tgt_len.sum())
 
-    trainer._update = timed_update
+    trainer.on_update.append(timed)
     trainer.run()  # validates once at the end, after the timed updates
     seconds = counted["end"] - counted["start"]
     digest = hashlib.sha256()
@@ -98,7 +95,7 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
         "peak_memory_gib": torch.cuda.max_memory_allocated(trainer.device) / 2**30,
         "weights_sha256": digest.hexdigest(),
     }
-    (out / f"rank-{trainer.rank}.json").write_text(json.dumps(figures))
+    (out / f"rank-{trainer.ranks.rank}.json").write_text(json.dumps(figures))
 
 
 def summary(ranks: list[dict]) -> dict:

@@ -143,8 +143,7 @@ def score(hypotheses, references):  # rank 0: a flat BLEU; rank 1 would see it r
 
 mt.evaluate.score = score
 trainer = Trainer(load_config("tiny.yaml", sys.argv[2:]))
-first = [int(x) for x in trainer.next_batches()[0]]
-trainer.state.batch = 0
+first = [int(x) for x in trainer.batches.epoch_batches(0)[0]]
 result = trainer.run()
 out = {"weights": trainer.model.state_dict(), "first": first, "scored": len(scored)}
 torch.save(dict(out, reason=result["reason"], step=result["step"]), f"{sys.argv[1]}{rank}.pt")

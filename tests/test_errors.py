@@ -397,7 +397,7 @@ def test_leftovers_of_dead_processes_are_removed_where_the_folder_is_next_writte
 
 
 def test_a_half_written_metrics_line_is_skipped_with_a_warning(trained, tmp_path, capsys):
-    from mt.plot import read_metrics
+    from mt.metrics import read_metrics
 
     run = copy_run(trained[1], tmp_path)
     whole = read_metrics(run)

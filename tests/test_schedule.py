@@ -91,15 +91,12 @@ class FakeClock:
 
     def watch(self, trainer: Trainer) -> None:
         self.started = trainer.state.step
-        next_batches = trainer.next_batches
+        trainer.on_update.append(self.updated)
 
-        def counted():
-            self.started += 1
-            if self.started == self.stop_at:
-                os.kill(os.getpid(), signal.SIGINT)
-            return next_batches()
-
-        trainer.next_batches = counted
+    def updated(self, update, batches) -> None:
+        self.started += 1
+        if self.started == self.stop_at:
+            os.kill(os.getpid(), signal.SIGINT)
 
     def __call__(self) -> float:
         return float(sum(1 + (s % 5) / 4 for s in range(1, self.started + 1)))
@@ -126,14 +123,14 @@ def test_budget_run_ends_at_the_floor_inside_the_budget(corpus_file, tmp_path):
     trainer, result = budget_run(corpus_file, tmp_path / "run")
     state = trainer.state
     assert "fit in 1 minutes" in result["reason"]
-    assert state.step == state.horizon and 30 <= state.step <= 60  # ~1.5 s an update
+    assert state.step == state.horizon.at and 30 <= state.step <= 60  # ~1.5 s an update
     assert state.elapsed <= 60.0
     train = records(tmp_path / "run", "train")
     assert train[-1]["step"] == state.step and train[-1]["lr"] == pytest.approx(1e-4)
     fits = records(tmp_path / "run", "horizon")
-    assert len(fits) >= 3 and fits[-1]["horizon"] == state.horizon  # re-estimated as it ran
+    assert len(fits) >= 3 and fits[-1]["horizon"] == state.horizon.at  # re-estimated as it ran
     saved = checkpoint.load_trainer_state(tmp_path / "run" / "checkpoints" / "last")
-    assert saved["state"]["horizon"] == state.horizon
+    assert saved["state"]["horizon"]["at"] == state.horizon.at
 
 
 def test_a_stopped_and_resumed_budget_run_equals_the_uninterrupted_one(corpus_file, tmp_path):
@@ -142,8 +139,8 @@ def test_a_stopped_and_resumed_budget_run_equals_the_uninterrupted_one(corpus_fi
     assert result["signal"] == "SIGINT" and stopped.state.step == 13
     saved = checkpoint.load_trainer_state(tmp_path / "resumed" / "checkpoints" / "last")
     resumed, _ = budget_run(corpus_file, tmp_path / "resumed")
-    assert saved["state"]["horizon"] == stopped.state.horizon > 0
-    assert resumed.state.step == resumed.state.horizon == straight.state.horizon
+    assert saved["state"]["horizon"]["at"] == stopped.state.horizon.at > 0
+    assert resumed.state.step == resumed.state.horizon.at == straight.state.horizon.at
     assert resumed.state.elapsed == pytest.approx(straight.state.elapsed)
     a, b = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
     for key in a:

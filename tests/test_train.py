@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -205,9 +206,9 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
     run = tmp_path / "run"
     train(tiny_config(corpus_file, run, "train.max_steps=2"))
     good = weights(run)
-    import mt.train as mt_train
+    import mt.update as mt_update
 
-    real = mt_train.smoothed_loss
+    real = mt_update.smoothed_loss
     calls = {"n": 0}
 
     def sometimes_nan(logits, target, epsilon):
@@ -215,12 +216,14 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
         loss, nll = real(logits, target, epsilon)
         return (loss * math.nan, nll) if calls["n"] == 1 else (loss, nll)
 
-    monkeypatch.setattr(mt_train, "smoothed_loss", sometimes_nan)
+    monkeypatch.setattr(mt_update, "smoothed_loss", sometimes_nan)
     result = train(tiny_config(corpus_file, run, "train.max_steps=4"))
     assert result["step"] == 4
     assert "non-finite loss" in capsys.readouterr().err
 
-    monkeypatch.setattr(mt_train, "smoothed_loss", lambda *a: (real(*a)[0] * math.nan, real(*a)[1]))
+    monkeypatch.setattr(
+        mt_update, "smoothed_loss", lambda *a: (real(*a)[0] * math.nan, real(*a)[1])
+    )
     with pytest.raises(MtError, match="non-finite losses in a row"):
         train(tiny_config(corpus_file, run, "train.max_steps=20"))
     after = weights(run)  # the last good checkpoint is still there and loads
@@ -323,7 +326,7 @@ def test_kill_at_any_moment_leaves_a_loadable_last(corpus_file, tmp_path, cli_ma
 def test_max_epochs_ends_with_the_last_batch_of_the_epoch(corpus_file, tmp_path):
     config = tiny_config(corpus_file, tmp_path / "run", "train.max_steps=0", "train.max_epochs=1")
     trainer = Trainer(config)
-    per_epoch = len(trainer._epoch_batches(0))
+    per_epoch = len(trainer.batches.epoch_batches(0))
     result = trainer.run()
     assert result["step"] == per_epoch and result["epoch"] == 1, result
     assert "max_epochs" in result["reason"]
@@ -334,7 +337,7 @@ def test_stop_reason_has_one_fixed_priority():
     from mt.train import TrainState, stop_reason
 
     t = TrainConfig(max_steps=5, max_minutes=1, patience=2)
-    state = TrainState(step=5, epoch=0)
+    state = TrainState(step=5)
     assert stop_reason(t, state, "SIGINT", True, True) == "stopped by SIGINT"
     assert "max_steps" in stop_reason(t, state, "", True, True)
     state.step = 4
@@ -372,7 +375,7 @@ def test_decoding_keys_and_compile_may_change_on_resume(corpus_file, tmp_path):
 
 def test_weight_decay_applies_to_matrices_only(corpus_file, tmp_path):
     trainer = Trainer(tiny_config(corpus_file, tmp_path / "run", "train.weight_decay=0.1"))
-    decayed, plain = trainer.optimizer.param_groups
+    decayed, plain = trainer.updater.optimizer.param_groups
     assert decayed["weight_decay"] == 0.1 and plain["weight_decay"] == 0.0
     assert all(p.dim() == 2 for p in decayed["params"]) and decayed["params"]
     assert all(p.dim() == 1 for p in plain["params"]) and plain["params"]  # biases, LayerNorm
@@ -386,7 +389,7 @@ def test_validation_loss_keeps_eos_of_cut_sentences():
     from mt.config import ModelConfig
     from mt.data import Split
     from mt.model import Transformer
-    from mt.train import validation_loss
+    from mt.validate import validation_loss
 
     model = Transformer(ModelConfig(d_model=16, heads=2, d_ff=32, max_positions=6), 50, 50).eval()
     lengths = [3, 9, 5]  # 9 > max_positions - 1: cut to 5, and EOS still counted
@@ -415,3 +418,17 @@ def test_training_without_any_limit_is_refused_before_anything_is_written(corpus
     with pytest.raises(ConfigError, match=r"train.max_steps: training would never stop"):
         Trainer(tiny_config(corpus_file, tmp_path / "run", "train.max_steps=0"))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_trainer_state_saved_before_the_typed_records_still_loads():
+    from mt.train import TrainState
+
+    old = {"step": 9, "epoch": 2, "batch": 3, "horizon": 40, "update_times": [1.0, 2.0],
+           "validate_s": 4.0, "save_s": 5.0, "fitted_at": 6.0, "target_tokens": 99,
+           "rng": {"cpu": [torch.get_rng_state()]}}  # fmt: skip
+    state = TrainState.from_dict(old)
+    assert (state.step, state.position.epoch, state.position.batch) == (9, 2, 3)
+    assert (state.horizon.at, state.horizon.update_times) == (40, [1.0, 2.0])
+    assert (state.horizon.validate_s, state.horizon.fitted_at) == (4.0, 6.0)
+    again = TrainState.from_dict(dataclasses.asdict(state))  # as saved now
+    assert (again.position, again.horizon) == (state.position, state.horizon)

@@ -1,0 +1,117 @@
+"""Optimiser updates: AdamW, mixed precision (with fp16's gradient scaler), gradient
+accumulation over batches and over ranks, clipping; each update's typed result."""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .batches import Batch
+from .config import TrainConfig
+from .device import autocast, precision_for
+from .loss import smoothed_loss
+from .model import PAD
+from .ranks import Ranks
+
+
+@dataclass
+class Update:
+    """What one optimiser update did, for the log, the checks and the `on_update` hooks."""
+
+    loss: float  # label-smoothed, per target token of all ranks; not finite: skipped
+    nll: float
+    tokens: int  # target tokens of this rank
+    lr: float
+    grad_norm: float | None = None  # before clipping; measured where train.clip_norm is set
+    overflow: bool = False  # fp16 gradients overflowed: the scaler skipped the update
+    padded: int = 0  # PAD cells among the `cells` of sources and labels
+    cells: int = 0
+
+    @property
+    def counted(self) -> bool:
+        """Whether the update moved the weights, and so the step count and the schedule."""
+        return not self.overflow and math.isfinite(self.loss)
+
+
+def build_optimizer(model: torch.nn.Module, t: TrainConfig, device: torch.device):
+    """AdamW with the paper's betas and epsilon; weight decay only on matrices, as nanoGPT
+    does: decaying LayerNorm gains and biases pulls them towards 0, which is no prior."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": t.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups,
+        lr=0.0,  # set before every update by the schedule
+        betas=(0.9, 0.98),
+        eps=1e-9,
+        fused=device.type in ("cuda", "cpu"),  # one kernel, not a loop over tensors
+    )
+
+
+class Updater:
+    """Updates `model` on this rank's batches; its optimiser and scaler states are saved with
+    every checkpoint. `net` is what computes: the model, or its DDP and compiled wrapping."""
+
+    def __init__(self, model: torch.nn.Module, t: TrainConfig, ranks: Ranks) -> None:
+        self.model, self.t, self.ranks, self.device = model, t, ranks, ranks.device
+        self.optimizer = build_optimizer(model, t, self.device)
+        self.autocast, self.precision_why = precision_for(t.precision, self.device)
+        fp16 = self.autocast == torch.float16
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
+        self.net = model
+
+    def wrap(self) -> None:
+        """Wrap the model once its weights are final (loaded, or as initialised)."""
+        self.net = self.ranks.wrap(self.model)
+        if self.t.compile:
+            self.net = torch.compile(self.net)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scaler.load_state_dict(saved["scaler"])
+
+    def __call__(self, batches: list[Batch], lr: float) -> Update:
+        """One update at rate `lr` over `batches`; losses normalised by target tokens."""
+        t, world = self.t, self.ranks.world
+        tokens = sum(int((tgt_out != PAD).sum()) for _, _, tgt_out in batches)
+        global_tokens = self.ranks.total([float(tokens)])[0]
+        norm = global_tokens / world  # DDP averages gradients: this makes the per-token mean
+        self.model.train()
+        sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll
+        for i, batch in enumerate(batches):
+            src, tgt_in, tgt_out = (x.to(self.device, non_blocking=True) for x in batch)
+            skip_sync = i < len(batches) - 1 and hasattr(self.net, "no_sync")
+            with self.net.no_sync() if skip_sync else nullcontext():
+                with autocast(self.device, self.autocast):
+                    loss, nll = smoothed_loss(self.net(src, tgt_in), tgt_out, t.label_smoothing)
+                self.scaler.scale(loss / norm).backward()
+            sums += torch.stack((loss.detach(), nll)).double()  # no host sync per batch
+        loss_sum, nll_sum = self.ranks.total(sums.tolist())
+        loss, nll = loss_sum / global_tokens, nll_sum / global_tokens
+        if not math.isfinite(loss_sum):
+            self.optimizer.zero_grad(set_to_none=True)
+            return Update(loss, nll, tokens, lr)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = None
+        if t.clip_norm:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm))
+        scale = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler.get_scale() < scale:  # fp16 gradients overflowed: the scaler skipped
+            return Update(loss, nll, tokens, lr, grad_norm, overflow=True)  # the step
+        padded = sum(int((s == PAD).sum() + (o == PAD).sum()) for s, _, o in batches)
+        cells = sum(s.numel() + o.numel() for s, _, o in batches)
+        return Update(loss, nll, tokens, lr, grad_norm, False, padded, cells)

@@ -1,0 +1,74 @@
+"""Validation during training: the loss over the whole valid split and the greedy BLEU of a
+fixed subset of it, as one metrics record, with a few examples for the person watching."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from .config import Config
+from .data import Prepared, Split, collate, token_batches
+from .loss import smoothed_loss
+from .model import PAD, Transformer, max_length
+
+
+def validate(
+    model: Transformer, data: Prepared, config: Config, device: torch.device
+) -> tuple[dict[str, Any], list[str]]:
+    """The record of a validation (loss, nll, ppl, bleu, sentences) and up to
+    `train.eval_examples` examples (source, reference, hypothesis) to show."""
+    from .evaluate import score
+    from .translate import translate
+
+    t, valid = config.train, data.splits["valid"]
+    model.eval()
+    loss, nll, _ = validation_loss(model, valid, t.max_tokens, t.label_smoothing, device)
+    subset = validation_subset(len(valid), t.eval_sentences, config.run.seed)
+    sources = [valid.src_text[i] for i in subset]
+    references = [valid.tgt_text[i] for i in subset]
+    greedy = dataclasses.replace(config.decode, beam=1, nbest=1)  # quick
+    tokenizers = data.src_tokenizer, data.tgt_tokenizer
+    hypotheses = translate(model, *tokenizers, sources, greedy, device=device)
+    record = {
+        "loss": loss,
+        "nll": nll,
+        "ppl": math.exp(min(nll, 50)),
+        "bleu": score(hypotheses, references)["bleu"],
+        "sentences": len(subset),
+    }
+    examples = [
+        f"  src: {sources[i]}\n  ref: {references[i]}\n  hyp: {hypotheses[i]}"
+        for i in range(min(t.eval_examples, len(sources)))
+    ]
+    return record, examples
+
+
+@torch.no_grad()
+def validation_loss(
+    model: Transformer, split: Split, max_tokens: int, epsilon: float, device: torch.device
+) -> tuple[float, float, int]:
+    """Label-smoothed loss and NLL per target token over a whole split."""
+    src_lengths = np.fromiter(map(len, split.src), np.int64)
+    tgt_lengths = np.fromiter(map(len, split.tgt), np.int64)
+    loss_sum = nll_sum = 0.0
+    tokens = 0
+    limit = max_length(model.cfg)
+    if max(src_lengths.max(initial=0), tgt_lengths.max(initial=0)) > limit:
+        split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
+    for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
+        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
+        loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon)
+        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+        tokens += int((tgt_out != PAD).sum())
+    return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), tokens
+
+
+def validation_subset(size: int, wanted: int, seed: int) -> list[int]:
+    """A fixed random subset of the validation split (sorted), or all of it."""
+    if not wanted or wanted >= size:
+        return list(range(size))
+    return sorted(np.random.default_rng(seed).choice(size, wanted, replace=False).tolist())
