@@ -4,12 +4,13 @@ while the current one trains.
 
 The position (epoch, batch) is a part of the training state, and this is the only code that
 moves it: a run resumed from a saved position gets the batches the uninterrupted run got.
-`collate` is the one place that turns a batch's sentences into arrays.
+Batches are padded (`data.token_batches`, `data.collate`) or packed into rows of one length
+(`packing.pack_rows`, `packing.collate_packed`): `Batches._make` is the one place that
+chooses, by `pack_length`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -18,9 +19,10 @@ import torch
 
 from .data import Split, collate, token_batches
 from .errors import ConfigError
+from .packing import Flat, collate_packed, each, pack_rows
 
-Batch = tuple[torch.Tensor, ...]  # src (B, S), tgt_in (B, T), tgt_out (B, T): int64
-Collate = Callable[[Split, np.ndarray], tuple[np.ndarray, ...]]
+Batch = tuple[torch.Tensor, ...]  # src (B, S), tgt_in (B, T), tgt_out (B, T): int64, padded;
+# packed, a PackedBatch: those three and where each row's sentences lie, all (rows, length)
 
 
 @dataclass
@@ -42,12 +44,15 @@ class Batches:
         world: int = 1,
         pin: bool = False,  # non_blocking copies to a GPU are asynchronous only when pinned
         prefetch: bool = True,
-        collate: Collate = collate,
+        pack_length: int = 0,  # tokens a packed row (`packing.row_length`); 0: padded
     ) -> None:
         self.split, self.max_tokens, self.seed, self.position = split, max_tokens, seed, position
-        self.rank, self.world, self.pin, self.collate = rank, world, pin, collate
+        self.rank, self.world, self.pin = rank, world, pin
+        self.pack_length, self.rows = pack_length, max_tokens // max(pack_length, 1)
         self.src_lengths = np.fromiter(map(len, split.src), np.int64, len(split))
         self.tgt_lengths = np.fromiter(map(len, split.tgt), np.int64, len(split))
+        if pack_length:  # what packed batches gather from
+            self.sides = Flat.of(split.src), Flat.of(split.tgt)
         self._epoch: tuple[int, list[np.ndarray]] = (-1, [])
         self._pool = ThreadPoolExecutor(1, "batches") if prefetch else None
         self._ahead: tuple[tuple[int, int], Future[Batch]] | None = None
@@ -57,9 +62,11 @@ class Batches:
         together; the same for every (seed, epoch)."""
         cached = self._epoch  # one read: the prefetch thread may replace it meanwhile
         if cached[0] != epoch:
-            batches = token_batches(
-                self.src_lengths, self.tgt_lengths, self.max_tokens, self.seed, epoch
-            )
+            lengths = self.src_lengths, self.tgt_lengths
+            if self.pack_length:
+                batches = pack_rows(*lengths, self.pack_length, self.rows, self.seed, epoch)
+            else:
+                batches = token_batches(*lengths, self.max_tokens, self.seed, epoch)
             per_rank = len(batches) // self.world
             if per_rank == 0:
                 raise ConfigError(
@@ -86,10 +93,18 @@ class Batches:
             self._ahead = (p.epoch, p.batch), self._pool.submit(self._make, p.epoch, p.batch)
         return batch
 
+    def peek(self) -> Batch:
+        """The batch at the position, which does not move (for the rehearsal of an update)."""
+        return self._make(self.position.epoch, self.position.batch)
+
     def _make(self, epoch: int, index: int) -> Batch:
-        arrays = self.collate(self.split, self.epoch_batches(epoch)[index])
-        tensors = tuple(torch.from_numpy(a) for a in arrays)
-        return tuple(x.pin_memory() for x in tensors) if self.pin else tensors
+        planned = self.epoch_batches(epoch)[index]
+        if self.pack_length:
+            arrays = collate_packed(*self.sides, planned, self.pack_length, self.rows)
+        else:
+            arrays = collate(self.split, planned)
+        tensors = each(torch.from_numpy, arrays)
+        return each(torch.Tensor.pin_memory, tensors) if self.pin else tensors
 
     def close(self) -> None:
         if self._pool:

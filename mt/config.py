@@ -120,7 +120,10 @@ class TrainConfig:
     # auto: bf16 on GPUs with native bf16 and CPUs with AMX bf16, fp16 (loss-scaled) on older
     # GPUs, fp32 elsewhere; weights and checkpoints stay float32 in every precision
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    compile: bool = resumable(False)  # torch.compile the model
+    # torch.compile the model and the loss, rehearsed on the first batch (timed, uncompiled
+    # with a warning where compiling fails); auto: on CUDA when batches are packed (one shape,
+    # one compile), not where every batch would be a new shape to compile
+    compile: Literal["auto", True, False] = resumable("auto")
     # Sentences packed side by side into rows of train.pack_length tokens (mt/packing.py):
     # every batch has one shape, without padding; attention never crosses sentences and
     # positions restart at each. auto: packed on CUDA, where one shape is what lets a compiled
