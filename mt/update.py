@@ -29,7 +29,8 @@ class Update:
     nll: float
     tokens: int  # target tokens of this rank
     lr: float
-    grad_norm: float | None = None  # before clipping; measured where train.clip_norm is set
+    # before clipping, where train.clip_norm is set; on the device: reading it waits for the GPU
+    grad_norm: torch.Tensor | None = None
     overflow: bool = False  # fp16 gradients overflowed: the scaler skipped the update
     padded: int = 0  # PAD cells among the `cells` of sources and labels
     cells: int = 0
@@ -129,7 +130,7 @@ class Updater:
         self.scaler.unscale_(self.optimizer)
         grad_norm = None
         if t.clip_norm:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm))
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
         scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
