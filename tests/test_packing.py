@@ -116,6 +116,7 @@ def test_packed_rows_compute_what_padded_batches_compute(norm_first):
         torch.testing.assert_close(p.grad, expected, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("flex", [False, True])
 def test_attention_never_crosses_sentences(monkeypatch, flex):
     """Change one sentence of a packed row: no other token's output moves. FlexAttention runs
