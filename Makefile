@@ -6,16 +6,25 @@ DATA ?= ../shared/data
 # CPU wheel of torch: an unpinned torch would pull gigabytes of CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install test lint bench clean
+.PHONY: install browser test lint bench clean
 
-install: $(BIN)/mt
+install: $(BIN)/mt browser
 
 $(BIN)/mt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
-	$(BIN)/pip install --quiet -e ".[dev,plot,export]"
+	$(BIN)/pip install --quiet -e ".[dev,plot,export,serve]"
 	@touch $@
+
+# Headless Chromium and its driver for the web page's test (tests/test_serve.py), from
+# Debian's packages when we may install them (root, as CI is); else that test skips.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  chromium chromium-driver >/dev/null; } || \
+	echo "make: no chromium and chromedriver: the browser test will skip"
 
 test: install
 	HF_DATASETS_OFFLINE=1 $(BIN)/pytest

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
@@ -64,12 +64,14 @@ def save(
     with atomic_path(final) as tmp:  # saved again at the same step (best, then last): replaced
         tmp.mkdir()
         save_weights(tmp / WEIGHTS, model.state_dict(), metadata(config, tokenizers, step, extra))
-        torch.save(trainer_state, tmp / TRAINER)
+        with open(tmp / TRAINER, "wb") as f:  # to a path, torch says a full disk is a RuntimeError
+            torch.save(trainer_state, f)
     return final
 
 
 def save_weights(path: Path, state_dict: dict[str, torch.Tensor], meta: dict[str, str]) -> None:
-    """safetensors file of a state dict; tied parameters are stored once."""
+    """safetensors file of a state dict; tied parameters are stored once. A write the machine
+    refuses (a full disk) is an OSError, as for any other file (`atomic_path` names it)."""
     seen: dict[int, str] = {}
     tensors = {}
     aliases = {}
@@ -80,7 +82,14 @@ def save_weights(path: Path, state_dict: dict[str, torch.Tensor], meta: dict[str
         else:
             seen[key] = name
             tensors[name] = tensor.detach().contiguous().cpu()
-    save_file(tensors, str(path), metadata=dict(meta, aliases=json.dumps(aliases)))
+    try:
+        save_file(tensors, str(path), metadata=dict(meta, aliases=json.dumps(aliases)))
+    except SafetensorError as e:  # an OS error said in words, "(os error 28)": raised as one
+        found = re.search(r"\(os error (\d+)\)", str(e))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from None
 
 
 def metadata(

@@ -20,6 +20,7 @@ import typer
 from . import __version__
 from .config import Config, load_config
 from .errors import ConfigError, MtError
+from .serve import Settings as ServeSettings  # its defaults are the options'; no server deps
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -91,7 +92,8 @@ def train(
 ) -> None:
     """Train a model, or resume the run in run.dir where it stopped.
 
-    Ctrl-C or SIGTERM finishes the update, saves, and exits with 130 or 143.
+    Ctrl-C or SIGTERM finishes the update, saves, and exits with 130 or 143. A run that
+    collapsed or diverged (a health check, see train.health_checks) saves and exits with 3.
     """
     from .train import train as run_train
 
@@ -431,6 +433,55 @@ def attention_command(
     )
     typer.echo(translation)
     typer.echo(f"wrote {path}", err=True)
+
+
+@app.command(name="serve")
+def serve_command(
+    checkpoint: Annotated[
+        str | None,
+        typer.Argument(
+            help="Run folder, checkpoint folder or file, or a folder from mt export. "
+            "Default: the newest run under ./runs."
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one.")] = 8000,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
+    device: DeviceOption = "auto",
+    engine: EngineOption = "auto",
+    threads: ThreadsOption = 0,
+    max_chars: Annotated[
+        int, typer.Option(help="Characters a text may have (413 beyond).")
+    ] = ServeSettings.max_chars,
+    max_texts: Annotated[
+        int, typer.Option(help="Texts a request may hold (413 beyond).")
+    ] = ServeSettings.max_texts,
+    max_requests: Annotated[
+        int, typer.Option(help="Requests waiting or decoding at once (503 beyond).")
+    ] = ServeSettings.max_requests,
+    batch_texts: Annotated[
+        int, typer.Option(help="Texts of concurrent requests one decoder batch gathers at most.")
+    ] = ServeSettings.batch_texts,
+    batch_wait_ms: Annotated[
+        float, typer.Option(help="How long a batch waits for more requests after its first.")
+    ] = ServeSettings.batch_wait_ms,
+) -> None:
+    r"""Serve translations over HTTP: a JSON API (LibreTranslate's POST /translate) and a page.
+
+    Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
+    and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'.
+    """
+    from .serve import run
+
+    settings = ServeSettings(max_chars, max_texts, max_requests, batch_texts, batch_wait_ms)
+    run(
+        lambda: _load_for_decoding(checkpoint, config, set_, device, engine, threads),
+        _translate_nbest,
+        settings,
+        host,
+        port,
+    )
 
 
 def format_summary(stats: dict) -> str:

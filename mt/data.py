@@ -18,7 +18,9 @@ import json
 import sys
 import unicodedata
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,11 +115,20 @@ def _load_files(files: list[str], key: str) -> Any:
     for file in files:
         if Path(file).is_file() and Path(file).stat().st_size == 0:
             raise ConfigError(f"{key}: {file}: an empty file")
+    level = datasets.logging.get_verbosity()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its errors: a 2nd line of ours
     try:
         return datasets.load_dataset(kind, data_files=files, split="train", **options)
     except Exception as e:
-        why = one_line(e) or type(e).__name__
+        for file in files:  # `datasets` names no line (or its row): find the first bad one
+            if file.lower().removesuffix(".gz").endswith(".jsonl"):
+                with suppress(OSError, EOFError, zlib.error):  # not gzip after all: said below
+                    for _ in _read_jsonl(Path(file), f"{key}: {file}"):
+                        pass
+        why = one_line(e.__cause__ or e) or type(e).__name__
         raise ConfigError(f"{key}: cannot read {', '.join(files)}: {why}") from None
+    finally:
+        datasets.logging.set_verbosity(level)
 
 
 def _file_pairs(files: list[str], cfg: DataConfig, key: str) -> list[Pair]:
@@ -465,15 +476,18 @@ def read_lines(path: str, option: str) -> list[str]:
     return decode_text(data, name).splitlines()
 
 
-def decode_text(data: bytes, name: str) -> str:
-    """UTF-8 text (a byte-order mark dropped), or a one-line error naming the line at fault."""
+def decode_text(data: bytes, name: str, line: int = 1) -> str:
+    """UTF-8 text (a byte-order mark dropped), or a one-line error naming the line at fault
+    (`data` begins at line `line` of `name`)."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        raise ConfigError(f"{name}:{line}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        line += data[: e.start].count(b"\n")
+        byte = e.start - data.rfind(b"\n", 0, e.start) - 1  # counted from the line's start
+        why = f"{e.reason} at byte {byte} of the line"
+        raise ConfigError(f"{name}:{line}: not UTF-8 text ({why})") from None
     if "\0" in text:
-        line = text[: text.index("\0")].count("\n") + 1
+        line += text[: text.index("\0")].count("\n")
         raise ConfigError(f"{name}:{line}: a NUL byte, so not a text file; refusing it")
     return text
 
@@ -488,15 +502,19 @@ def read_pairs_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> list[Pai
     return pairs
 
 
-def _read_jsonl(path: Path) -> Iterator[Any]:
+def _read_jsonl(path: Path, name: str = "") -> Iterator[Any]:
+    """The values of a JSON Lines file, optionally gzipped; a line that is not UTF-8 JSON is
+    an error naming `name` (the path by default) and the line."""
+    name = name or str(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+    with opener(path, "rb") as f:
+        for number, data in enumerate(f, start=1):
+            line = decode_text(data, name, number)
             if line.strip():
                 try:
                     yield json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise MtError(f"{path}:{number}: invalid JSON: {e.msg}") from None
+                    raise ConfigError(f"{name}:{number}: invalid JSON: {e.msg}") from None
 
 
 def _file_id(path: str) -> list[Any]:

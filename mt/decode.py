@@ -1,7 +1,8 @@
 """Greedy and beam search on the incremental decoder (`Transformer.decode_step`).
 
-Both decode a whole batch at once and drop a sentence's rows from the cache as soon as it is
-finished. A sentence's output has at most `max_len` tokens before EOS, which is then forced;
+Both decode a whole batch at once; how the loop meets the device (how often the host looks,
+whether done sentences' rows leave the cache, a static cache, a CUDA graph) is a `Plan`. A
+sentence's output has at most `max_len` tokens before EOS, which is then forced;
 `max_output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
 Put the model in eval mode first.
 """
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mt.model import BOS, EOS, PAD, Transformer, max_length
+from mt.config import DecodeConfig
+from mt.model import BOS, EOS, PAD, DecoderState, Transformer, max_length
 
 NEG_INF = float("-inf")
 
@@ -42,106 +44,181 @@ def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
     return limit.clamp(max=max_length(model.cfg))
 
 
-def _forbid(scores: Tensor, force_eos: Tensor) -> Tensor:
-    # scores (R, V): logits or log-probs, force_eos (R,) bool -> the same tensor, -inf where
-    # a token may not come next: PAD and BOS anywhere, all but EOS in rows at their limit
+def _forbid(scores: Tensor, force_eos: Tensor | None) -> Tensor:
+    # scores (R, V): logits or log-probs, force_eos (R,) bool or None (no row at its limit)
+    # -> the same tensor, -inf where a token may not come next: PAD and BOS anywhere, all but
+    # EOS in rows at their limit. Masked, not by `force_eos.any()`: no wait for the device
     scores[:, PAD] = scores[:, BOS] = NEG_INF
-    if force_eos.any():  # rare: only rows at their length limit, so no (R, V) mask
-        eos = scores[force_eos, EOS]
-        scores[force_eos] = NEG_INF
-        scores[force_eos, EOS] = eos
+    if force_eos is not None:
+        eos = scores[:, EOS].clone()
+        scores.masked_fill_(force_eos.unsqueeze(1), NEG_INF)
+        scores[:, EOS] = eos
     return scores
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How a search loop meets its device. The host looks at the search only every
+    `check_every` steps: to stop once every sentence is done and, unless `static`, to drop
+    the done sentences' rows. Between looks nothing waits for the device (the finished
+    hypotheses are kept there) and done sentences' rows are computed and ignored.
+    `static`: a static cache (`start_decoding`), all rows kept, so that each step has one
+    shape; `graph`: that step recorded once as a CUDA graph and replayed."""
+
+    check_every: int = 1
+    static: bool = False
+    graph: bool = False
+
+
+def plan_for(device: torch.device) -> Plan:
+    """On a CPU the host looks at every step for free, and fewer rows are less work: look
+    and drop rows each step. On a GPU a round trip stalls the device and a step is a few
+    hundred small kernels: look every 8 steps, one shape, one CUDA graph."""
+    if device.type == "cpu":
+        return Plan()
+    return Plan(check_every=8, static=True, graph=device.type == "cuda")
+
+
+def _stepper(model: Transformer, state: DecoderState, rows: int, graph: bool):
+    """model.decode_step on `state` as a function of the tokens (rows,) -> logits (rows, V).
+    With `graph` (a static state on a GPU) the step is recorded once as a CUDA graph and
+    replayed: one launch, and the logits it returns are overwritten by the next step."""
+    if not graph:
+        return lambda tokens: model.decode_step(tokens, state)
+    device = state.self_kv.device
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
+    tokens = torch.full((rows,), BOS, device=device)
+
+    def run() -> Tensor:  # autocast's cache of cast weights would be freed under the graph
+        if dtype is None:
+            return model.decode_step(tokens, state)
+        with torch.autocast("cuda", dtype, cache_enabled=False):
+            return model.decode_step(tokens, state)
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # a warm-up before recording, as torch.cuda.graph asks
+        run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    recorded = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(recorded, capture_error_mode="thread_local"):  # loader threads: theirs
+        logits = run()
+    state.step -= 2  # the warm-up's and the recording's (which ran no kernel)
+    state.position -= 1  # the warm-up's: step 0 overwrites what it cached
+
+    def step(new: Tensor) -> Tensor:
+        tokens.copy_(new)
+        recorded.replay()
+        state.step += 1
+        return logits
+
+    return step
+
+
 @torch.no_grad()
-def greedy(model: Transformer, src: Tensor, max_len: int | Tensor) -> list[list[int]]:
+def greedy(
+    model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan = Plan()
+) -> list[list[int]]:
     """The most probable token at each step. src (B, S); max_len an int or a (B,) tensor
     such as max_output_lengths(src, a, b) -> per sentence, its tokens without BOS and EOS."""
     limit = _limits(model, src, max_len)  # (B,)
     steps = int(limit.max()) + 1  # the last one can only give EOS
-    state = model.start_decoding(*model.encode(src), steps)
+    first_limit = int(limit.min())  # no row has to give EOS before this step
+    state = model.start_decoding(*model.encode(src), steps, static=plan.static)
+    decode_step = _stepper(model, state, src.size(0), plan.graph)
     out = src.new_full((src.size(0), steps), EOS)
-    rows = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each live row
+    rows = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each row
     tokens = src.new_full(rows.shape, BOS)
+    done = torch.zeros_like(rows, dtype=torch.bool)  # (N,) the row has given EOS
     for t in range(steps):
-        logits = model.decode_step(tokens, state)  # (N, V): the argmax needs no softmax
-        tokens = _forbid(logits, t >= limit[rows]).argmax(-1)  # (N,)
-        out[rows, t] = tokens
-        live = (tokens != EOS).nonzero().squeeze(1)
-        if len(live) == 0:
-            break
-        if len(live) < len(rows):
-            rows, tokens = rows[live], tokens[live]
-            state.select(live, live)
+        logits = decode_step(tokens)  # (N, V): the argmax needs no softmax
+        force_eos = t >= limit[rows] if t >= first_limit else None
+        tokens = _forbid(logits, force_eos).argmax(-1)  # (N,)
+        out[rows, t] = tokens  # what follows a row's first EOS is cut off below
+        done |= tokens == EOS
+        if (t + 1) % plan.check_every == 0:  # the host looks
+            live = (~done).nonzero().squeeze(1)
+            if len(live) == 0:
+                break
+            if not plan.static and len(live) < len(rows):
+                rows, tokens, done = rows[live], tokens[live], done[live]
+                state.select(live, live)
     return [seq[: seq.index(EOS)] for seq in out.tolist()]
 
 
 @torch.no_grad()
 def beam_search(
-    model: Transformer,
-    src: Tensor,
-    beam: int,
-    alpha: float = 0.6,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
-    nbest: int = 1,
-    no_repeat_ngram: int = 0,
+    model: Transformer, src: Tensor, cfg: DecodeConfig, plan: Plan = Plan()
 ) -> list[list[Hypothesis]]:
-    """Beam search over all sentences and beams at once -> per sentence, its `nbest` best
-    hypotheses (fewer only if fewer exist), best first by score = logprob / length_penalty(L),
-    where the length L counts EOS.
+    """Beam search over all sentences and beams at once, as `cfg` says (beam, alpha,
+    max_len_a/b, nbest, no_repeat_ngram) -> per sentence, its `nbest` best hypotheses (fewer
+    only if fewer exist), best first by score = logprob / length_penalty(L), where the
+    length L counts EOS.
 
     Each step extends the k = `beam` live hypotheses of a sentence by every token and ranks
     the k * V extensions by log-probability; an EOS among the k best finishes a hypothesis,
     the k best others live on. A sentence is done when no live hypothesis can still beat its
-    nbest-th finished one; its rows then leave the cache.
+    nbest-th finished one; its rows then leave the cache (as `plan` says).
     """
+    beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
     n_src, device = src.size(0), src.device
-    limit = _limits(model, src, max_output_lengths(src, max_len_a, max_len_b))  # (B,)
+    limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b))  # (B,)
     steps = int(limit.max()) + 1
-    state = model.start_decoding(*model.encode(src), steps, rows_per_source=beam)
+    first_limit = int(limit.min())
+    memory, src_keep = model.encode(src)
+    state = model.start_decoding(memory, src_keep, steps, beam, static=plan.static)
+    decode_step = _stepper(model, state, n_src * beam, plan.graph)
     # the nbest best finished hypotheses of each sentence so far
     fin_score = torch.full((n_src, nbest), NEG_INF, device=device)
     fin_logprob = torch.full((n_src, nbest), NEG_INF, device=device)
     fin_tokens = src.new_full((n_src, nbest, steps), PAD)
-    # the live hypotheses: k per unfinished sentence, their rows in the cache in that order
+    # the live hypotheses: k per sentence, their rows in the cache in that order
     sent = torch.arange(n_src, device=device)  # (N,) sentence of each group of k rows
     alive = torch.full((n_src, beam), NEG_INF, device=device)  # (N, k) their log-probs
     alive[:, 0] = 0.0  # the k beams start as copies of one
+    done = torch.zeros(n_src, dtype=torch.bool, device=device)  # (N,) nothing can beat fin
     history = src.new_full((n_src * beam, steps), PAD)  # (N * k, steps) their tokens
     tokens = src.new_full((n_src * beam,), BOS)
     for t in range(steps):
         n = len(sent)
-        logprobs = model.decode_step(tokens, state).float().log_softmax(-1)  # (N * k, V)
-        _forbid(logprobs, (t >= limit[sent]).repeat_interleave(beam))
-        if no_repeat_ngram and t >= no_repeat_ngram:
-            banned = _repeated_ngrams(history[:, :t], no_repeat_ngram, logprobs.size(1))
+        logprobs = decode_step(tokens).float().log_softmax(-1)  # (N * k, V)
+        force_eos = (t >= limit[sent]).repeat_interleave(beam) if t >= first_limit else None
+        _forbid(logprobs, force_eos)
+        if cfg.no_repeat_ngram and t >= cfg.no_repeat_ngram:
+            banned = _repeated_ngrams(history[:, :t], cfg.no_repeat_ngram, logprobs.size(1))
             logprobs.masked_fill_(banned, NEG_INF)
         # the 2k best extensions: at most k end in EOS (one per beam), so k others remain
         cand, origin, word = best_extensions(logprobs, alive, 2 * beam)  # (N, 2k) each
         origin += torch.arange(n, device=device).unsqueeze(1) * beam  # beam -> its row
         ends = word == EOS
-        finished = ends & (torch.arange(2 * beam, device=device) < beam)  # EOS in the top k
-        if finished.any():
-            score = torch.where(finished, cand / length_penalty(t + 1, alpha), NEG_INF)
-            top, pick = torch.cat([fin_score[sent], score], 1).topk(nbest)  # (N, nbest)
-            fin_score[sent] = top
-            fin_logprob[sent] = torch.cat([fin_logprob[sent], cand], 1).gather(1, pick)
-            pool = torch.cat([fin_tokens[sent], history[origin]], 1)  # (N, nbest + 2k, steps)
-            fin_tokens[sent] = pool.gather(1, pick.unsqueeze(2).expand(-1, -1, steps))
+        # an EOS in the top k finishes a hypothesis (of a sentence not done yet)
+        finished = ends[:, :beam] & ~done.unsqueeze(1)  # (N, k)
+        score = torch.where(finished, cand[:, :beam] / length_penalty(t + 1, alpha), NEG_INF)
+        top, pick = torch.cat([fin_score[sent], score], 1).topk(nbest)  # (N, nbest)
+        fin_score[sent] = top
+        fin_logprob[sent] = torch.cat([fin_logprob[sent], cand[:, :beam]], 1).gather(1, pick)
+        pool = torch.cat([fin_tokens[sent], history[origin[:, :beam]]], 1)  # (N, nbest + k, steps)
+        fin_tokens[sent] = pool.gather(1, pick.unsqueeze(2).expand(-1, -1, steps))
         alive, pick = cand.masked_fill(ends, NEG_INF).topk(beam)  # (N, k)
         origin, word = origin.gather(1, pick), word.gather(1, pick)
         # log-probs only fall, and the penalty grows at most to that of the longest output
         reachable = alive[:, 0] / length_penalty(limit[sent] + 1, alpha)  # (N,)
-        keep = (fin_score[sent, -1] < reachable).nonzero().squeeze(1)  # (N',)
-        if len(keep) == 0:
-            break
-        rows = origin[keep].flatten()  # reorders beams and drops done sentences at once
-        state.select(rows, None if len(keep) == n else keep)
+        done |= fin_score[sent, -1] >= reachable
+        keep = None
+        if (t + 1) % plan.check_every == 0:  # the host looks
+            live = (~done).nonzero().squeeze(1)  # (N',)
+            if len(live) == 0:
+                break
+            if not plan.static and len(live) < n:
+                keep = live
+                origin, word, alive, sent, done = (
+                    x[keep] for x in (origin, word, alive, sent, done)
+                )
+        rows = origin.flatten()  # reorders beams and drops done sentences at once
+        state.select(rows, keep)
         history = history[rows]
-        tokens = word[keep].flatten()
+        tokens = word.flatten()
         history[:, t] = tokens
-        alive, sent = alive[keep], sent[keep]
     return [
         [
             Hypothesis([w for w in seq if w != PAD], s, lp)

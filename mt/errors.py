@@ -12,3 +12,10 @@ class ConfigError(MtError):
     """A usage, configuration or input error (exit status 2)."""
 
     exit_code = 2
+
+
+class Unhealthy(MtError):
+    """A run stopped by a health check (mt/health.py): it collapsed or diverged, and going
+    on would not help (exit status 3)."""
+
+    exit_code = 3

@@ -260,7 +260,7 @@ def translate_nbest(
     """
     from .decode import length_penalty
     from .model import max_length
-    from .translate import source_ids
+    from .translate import CPU_BATCH_TOKENS, source_ids
 
     ids = source_ids(exported, exported.src_tokenizer, texts)
     vocab = _tokens(exported.src_tokenizer)
@@ -275,7 +275,7 @@ def translate_nbest(
     pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
     results = exported.translator.translate_batch(
         [[vocab[t] for t in ids[i]] for i in todo],
-        max_batch_size=cfg.batch_tokens,
+        max_batch_size=cfg.batch_tokens or CPU_BATCH_TOKENS,
         batch_type="tokens",
         beam_size=cfg.beam,
         num_hypotheses=cfg.nbest if greedy else max(cfg.nbest, cfg.beam),

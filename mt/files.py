@@ -42,7 +42,7 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
         fsync(path.parent)
     except OSError as e:
         remove(tmp)
-        raise MtError(f"{path}: cannot write: {e.strerror or e}") from None
+        raise MtError(f"{path}: cannot write: {why(e)}") from None
     except BaseException:
         remove(tmp)
         raise
@@ -73,12 +73,18 @@ def atomic_write_text(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def why(error: OSError) -> str:
+    """An OS error's cause as a person reads it."""
+    return f"{error.strerror or error}{' (disk full)' if error.errno == errno.ENOSPC else ''}"
+
+
 def remove(path: Path) -> None:
-    """Delete a file, link or folder if it exists."""
+    """Delete a file, link or folder if it exists, as far as the file system lets it: a clean-up
+    must not hide the error that called it (a read-only mount refuses even to unlink nothing)."""
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
-        with suppress(FileNotFoundError, NotADirectoryError):  # nothing there to remove
+        with suppress(OSError):
             path.unlink()
 
 

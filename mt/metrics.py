@@ -9,15 +9,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
-from .files import atomic_write_text
+from .errors import ConfigError, MtError
+from .files import atomic_write_text, why
 
 FILE = "metrics.jsonl"
 
 
 def append(run_dir: Path, record: dict[str, Any]) -> None:
-    with open(run_dir / FILE, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+    path = run_dir / FILE
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as e:  # a full disk between two saves: the checkpoints stay as they were
+        raise MtError(f"{path}: cannot write: {why(e)}") from None
 
 
 def forget_after(run_dir: Path, step: int) -> None:

@@ -116,15 +116,25 @@ class SelfAttention(Attention):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.causal = causal  # the decoder's: position t sees positions <= t only
 
-    def forward(self, x: Tensor, mask=None, cache: Tensor | None = None, step=0) -> Tensor:
+    def forward(
+        self, x: Tensor, mask=None, cache: Tensor | None = None, step: int | Tensor = 0
+    ) -> Tensor:
         # x (B, T, D). Decoding step by step, x is position `step` alone (T = 1) and
         # cache (max_len, 2, B, H, K) holds the keys and values of the positions before it.
         q, k, v = self.split_heads(self.qkv(x))  # 3 x (B, H, T, K)
         if cache is None:  # a mask of packed rows is causal itself where it must be
             return self.attend(q, k, v, mask, self.causal and mask is None)
-        cache[step] = torch.stack((k, v)).squeeze(3)  # (2, B, H, K)
-        k, v = cache[: step + 1].permute(1, 2, 3, 0, 4)  # all positions so far: no mask needed
-        return self.attend(q, k, v)
+        kv = torch.stack((k, v)).squeeze(3)  # (2, B, H, K)
+        if isinstance(step, int):
+            cache[step] = kv
+            k, v = cache[: step + 1].permute(1, 2, 3, 0, 4)  # the positions so far: no mask
+            return self.attend(q, k, v)
+        # a static cache: step (1,) on the device, every position read and those after it
+        # masked, so that each step has the same shapes (and can be a CUDA graph)
+        cache.index_copy_(0, step, kv.unsqueeze(0))
+        k, v = cache.permute(1, 2, 3, 0, 4)
+        seen = torch.arange(len(cache), device=step.device).unsqueeze(0) <= step  # (1, max_len)
+        return self.attend(q, k, v, seen)
 
 
 class CrossAttention(Attention):
@@ -241,17 +251,23 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # a shared matrix counts once
 
-    def embed(self, table: nn.Embedding, tokens: Tensor, start: int = 0, positions=None) -> Tensor:
-        # tokens (B, L) at positions start.. or at `positions` (B, L) -> (B, L, D)
-        if positions is None:
+    def embed(
+        self, table: nn.Embedding, tokens: Tensor, start: int | Tensor = 0, positions=None
+    ) -> Tensor:
+        # tokens (B, L) at positions start.. (start (1,) on the device: L = 1), or at
+        # `positions` (B, L), those of packed rows -> (B, L, D)
+        if positions is not None:
+            pe = self.pe[positions]
+        elif isinstance(start, Tensor):  # a static cache's step, not read by the host
+            pe = self.pe.index_select(0, start)
+        else:
             end = start + tokens.size(1)
             if end > len(self.pe):
                 raise ValueError(
                     f"sequence of {end} tokens is longer than max_positions ({len(self.pe)})"
                 )
-            positions = slice(start, end)
-        x = table(tokens) * math.sqrt(self.cfg.d_model) + self.pe[positions]
-        return self.drop(x)
+            pe = self.pe[start:end]
+        return self.drop(table(tokens) * math.sqrt(self.cfg.d_model) + pe)
 
     def encode(self, src: Tensor, mask=None, positions=None) -> tuple[Tensor, Tensor]:
         # src (B, S) -> memory (B, S, D), src_keep (B, 1, 1, S); mask and positions: those of
@@ -296,26 +312,40 @@ class Transformer(nn.Module):
                 attn.need_weights, attn.weights = False, None
 
     def start_decoding(
-        self, memory: Tensor, src_keep: Tensor, max_len: int, rows_per_source: int = 1
+        self,
+        memory: Tensor,
+        src_keep: Tensor,
+        max_len: int,
+        rows_per_source: int = 1,
+        static: bool = False,
     ) -> DecoderState:
         """The cache for decoding up to `max_len` positions (BOS included) one at a time,
-        `rows_per_source` rows (beams) per source sentence, rows of a source together."""
+        `rows_per_source` rows (beams) per source sentence, rows of a source together.
+        `static`: every step reads the whole cache, masked, and the step count lives on the
+        device, so that all steps have one shape and no step needs the host."""
         memory_kv = torch.stack([layer.cross_attn.memory_kv(memory) for layer in self.decoder])
         _, _, n, h, _, k = memory_kv.shape  # (L, 2, N, H, S, K)
         # position-major, so that appending a position and reordering the rows of the
         # positions so far both touch one contiguous block
-        self_kv = memory_kv.new_empty(max_len, len(self.decoder), 2, n * rows_per_source, h, k)
-        return DecoderState(src_keep, memory_kv, self_kv)
+        shape = (max_len, len(self.decoder), 2, n * rows_per_source, h, k)
+        if not static:
+            return DecoderState(src_keep, memory_kv, memory_kv.new_empty(shape))
+        # zeros: masked positions get no weight, but NaN garbage times 0 would still be NaN
+        position = torch.zeros(1, dtype=torch.long, device=memory.device)
+        return DecoderState(src_keep, memory_kv, memory_kv.new_zeros(shape), position=position)
 
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """tokens (B,): the previous output token (BOS first) -> logits (B, V) for the next
         one. Appends this position's self-attention keys and values to `state`."""
-        if state.step == len(state.self_kv):
+        step = state.step if state.position is None else state.position
+        if state.position is None and state.step == len(state.self_kv):
             raise ValueError(f"decoding past max_len ({state.step}) given to start_decoding")
-        x = self.embed(self.tgt_embed, tokens.unsqueeze(1), start=state.step)  # (B, 1, D)
+        x = self.embed(self.tgt_embed, tokens.unsqueeze(1), start=step)  # (B, 1, D)
         for i, layer in enumerate(self.decoder):  # index: unbind's views can't be written
-            x = layer(x, state.memory_kv[i], state.src_keep, state.self_kv[:, i], state.step)
+            x = layer(x, state.memory_kv[i], state.src_keep, state.self_kv[:, i], step)
         state.step += 1
+        if state.position is not None:
+            state.position += 1
         return self.out(self.decoder_norm(x.squeeze(1)))
 
 
@@ -363,12 +393,18 @@ class DecoderState:
     memory_kv: Tensor  # (L, 2, N, H, S, K): cross-attention keys and values, computed once
     self_kv: Tensor  # (max_len, L, 2, R, H, K): self-attention keys and values, by position
     step: int = 0  # positions decoded so far
+    position: Tensor | None = None  # (1,) `step` on the device, for a static cache
 
     def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
         """Keep rows `rows` (R',) in that order, and sources `sources` (N',) (None: all of
         them): reorders beams, drops finished sentences. Row r' of the new state must belong
-        to source r' // (R' / N'), as rows do in start_decoding.
+        to source r' // (R' / N'), as rows do in start_decoding. A static cache is reordered
+        in place (a CUDA graph reads it where it is), so R' = R and sources is None there.
         """
+        so_far = self.self_kv[: self.step]
+        if self.position is not None:
+            so_far.copy_(so_far.index_select(3, rows))
+            return
         if sources is not None:
             self.src_keep = self.src_keep.index_select(0, sources)
             self.memory_kv = self.memory_kv.index_select(2, sources)
@@ -376,5 +412,5 @@ class DecoderState:
         self_kv = self.self_kv.new_empty(
             len(self.self_kv), *self.self_kv.shape[1:3], len(rows), *self.self_kv.shape[4:]
         )
-        torch.index_select(self.self_kv[: self.step], 3, rows, out=self_kv[: self.step])
+        torch.index_select(so_far, 3, rows, out=self_kv[: self.step])
         self.self_kv = self_kv

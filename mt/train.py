@@ -21,21 +21,20 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, metrics
+from . import checkpoint, health, metrics
 from .batches import Batch, Batches, Position
-from .config import Config, TrainConfig, check_training_stops, one_line
+from .config import EOS, Config, TrainConfig, check_training_stops, one_line
 from .data import inputs_of, prepare
-from .errors import ConfigError, MtError
+from .errors import ConfigError, Unhealthy
 from .files import remove
+from .health import Checks, Vitals
 from .model import Transformer
 from .packing import row_length
 from .progress import Progress, say
 from .ranks import Agreement, Ranks, StopSignal
-from .schedule import Horizon, learning_rate, time_fitted, warmup_updates
+from .schedule import Horizon, time_fitted, warmup_updates
 from .update import Update, Updater
 from .validate import validate
-
-MAX_BAD_UPDATES = 5  # consecutive non-finite losses before training gives up
 
 
 @dataclass
@@ -48,6 +47,7 @@ class TrainState:
     bad_evals: int = 0  # validations since the best one
     elapsed: float = 0.0  # training seconds over all sessions of this run
     horizon: Horizon = field(default_factory=Horizon)
+    vitals: Vitals = field(default_factory=Vitals)  # what the health checks judge
     rng: dict[str, Any] = field(default_factory=dict)  # generator states, one per rank
     world_size: int = 1  # processes that trained the run: an exact resume needs as many
     pack_length: int = 0  # tokens a packed row of the run's batches (0: padded)
@@ -63,6 +63,7 @@ class TrainState:
         if isinstance(s["rng"]["cpu"], torch.Tensor):  # saved by mt 0.1: one process
             s["rng"] = {key: [value] for key, value in s["rng"].items()}
         s["position"], s["horizon"] = Position(**s["position"]), Horizon(**s["horizon"])
+        s["vitals"] = Vitals(**s.get("vitals", {}))
         return TrainState(**s)
 
 
@@ -100,10 +101,13 @@ def stop_reason(
     """Whether and why training stops, in a fixed order of priority (empty: go on).
 
     Called once per update with every rank's agreed inputs, this is the only place that
-    decides; a signal comes first because the person asked for it.
+    decides; a signal comes first because the person asked for it, then a health check (its
+    name in the state), because a run that collapsed has nothing to go on for.
     """
     if signal_name:
         return f"stopped by {signal_name}"
+    if state.vitals.stopped:
+        return f"the health check '{state.vitals.stopped}' fired"
     if t.max_steps and state.step >= t.max_steps:
         return f"reached train.max_steps ({t.max_steps})"
     if t.max_epochs and state.position.epoch >= t.max_epochs:
@@ -147,6 +151,8 @@ class Trainer:
         ).to(self.device)
         self.updater = Updater(self.model, t, self.ranks)
         self.state = TrainState()
+        targets = self.data.splits["train"].tgt
+        self.unigram = health.unigram_entropy(targets, EOS) if t.health_checks else 0.0
         self._saved_step = -1
         if resume is not None:
             self._load(resume)
@@ -223,6 +229,7 @@ class Trainer:
         if self.device.type == "cuda" and "cuda" in self.state.rng:
             torch.cuda.set_rng_state(self.state.rng["cuda"][rank], self.device)
         self._saved_step = self.state.step
+        self.state.vitals.resumed(self.config.train, str(path))
         if self.main:
             metrics.forget_after(self.run_dir, self.state.step)
             say(f"resuming from {path} (step {self.state.step}, epoch {self.state.position.epoch})")
@@ -244,6 +251,8 @@ class Trainer:
             if stop.stopping:
                 say(f"resume with: {self.resume_hint or 'the same mt train command'}")
         self.ranks.close()
+        if self.checks.found:
+            raise Unhealthy(self.checks.found.message)
         return {
             "step": self.state.step,
             "epoch": self.state.position.epoch,
@@ -256,19 +265,21 @@ class Trainer:
         t, state = self.config.train, self.state
         total = state.horizon.at or t.max_steps
         self.progress = Progress(self.run_dir, self.main, t.max_minutes, state.step, total)
-        self.pace, self.bad_updates = Pace(self.clock, state), 0
+        self.pace = Pace(self.clock, state)
+        self.checks = Checks(self.config, state.vitals, self.unigram)
         window = dict.fromkeys(("loss", "nll", "tokens", "padded", "cells", "seconds"), 0.0)
         validated_at, patience_out = -1, False
         reason = stop_reason(t, state, "", False, False)
         while not reason:
             batches = [next(self.batches) for _ in range(t.accum_steps)]
-            lr = learning_rate(state.step + 1, self.config, state.horizon.at)
+            lr = state.horizon.rate(state.step + 1, self.config)
             update = self.updater(batches, lr)
             for hook in self.on_update:
                 hook(update, batches)
             seconds = self.pace.updated()
             if update.counted:
                 state.step += 1
+                self.checks.counted(update.grad_norm)
                 self.progress.bar.update()
                 self._add(window, update, seconds)
                 if state.step % t.log_every == 0:
@@ -280,11 +291,14 @@ class Trainer:
             else:
                 self._skipped(update)
             reason = self._agree_to_stop(stop, patience_out)
-            if reason and not stop.stopping and validated_at != state.step:
-                # the final model is validated, unless the person asked to stop now
+            if reason and not (stop.stopping or self.checks.found) and validated_at != state.step:
+                # the final model is validated, unless the person asked to stop now or it
+                # is known to be broken
                 _, state.horizon.validate_s = self.pace.timed(self._validate)
-            if reason or state.step % t.save_every == 0:
-                _, state.horizon.save_s = self.pace.timed(self._save)
+            if (reason or state.step % t.save_every == 0) and not self.checks.diverged:
+                _, state.horizon.save_s = self.pace.timed(self._save)  # diverged: keep the last
+        if found := self.checks.found:  # the same on every rank: their inputs are agreed
+            self.progress.log({"kind": "health", "step": state.step, **dataclasses.asdict(found)})
         self.progress.bar.close()
         return reason
 
@@ -296,19 +310,13 @@ class Trainer:
         window["seconds"] += seconds
 
     def _skipped(self, update: Update) -> None:
-        """Say why an update did not count; give up after too many non-finite losses."""
+        """Say why an update did not count; too many non-finite losses in a row diverged."""
         step = self.state.step + 1
         if update.overflow:  # neither the update count nor the schedule advance
             say(f"fp16: gradients overflowed at step {step}; update skipped")
             return
-        self.bad_updates += 1
         say(f"warning: non-finite loss at step {step}; update skipped")
-        if self.bad_updates >= MAX_BAD_UPDATES:
-            raise MtError(
-                f"{self.bad_updates} non-finite losses in a row at step {step}; "
-                f"the last good checkpoint is {self.ckpt_dir / 'last'}; "
-                "lower the learning rate or set train.clip_norm"
-            )
+        self.checks.skipped(step)
 
     def _agree_to_stop(self, stop: StopSignal, patience_out: bool) -> str:
         """Every rank proposes what it saw, all take rank 0's decision, then `stop_reason`."""
@@ -333,13 +341,16 @@ class Trainer:
     def _new_horizon(self, at: int) -> None:
         t, state = self.config.train, self.state
         horizon = state.horizon
-        if not horizon.at and not t.warmup_fraction and t.warmup_steps > at // 2:
+        post_norm = not self.config.model.norm_first  # warmup_steps is its floor
+        warmup = warmup_updates(self.config, at)
+        if not horizon.at and (post_norm or not t.warmup_fraction) and t.warmup_steps > warmup:
             say(
                 f"warning: about {at} updates fit in train.max_minutes "
                 f"({t.max_minutes:g}); warm-up shortened from {t.warmup_steps} to "
-                f"{warmup_updates(t, at)} updates, half of them"
+                f"{warmup} updates, half of them"
+                + ("; a post-norm model may collapse (model.norm_first=true)" if post_norm else "")
             )
-        horizon.at = at
+        horizon.move(self.config, state.step, at)
         self.progress.horizon(
             {
                 "kind": "horizon",
@@ -358,6 +369,7 @@ class Trainer:
     def _log_train(self, window: dict[str, float], lr: float) -> None:
         state, steps = self.state, self.config.train.log_every
         tokens = window["tokens"] * self.ranks.world  # every rank trains on as many tokens
+        grad_norm = self.checks.logged(state.step, window["nll"] / steps)
         self.progress.train(
             {
                 "kind": "train",
@@ -371,6 +383,7 @@ class Trainer:
                 "padding": window["padded"] / max(window["cells"], 1),
                 "elapsed_s": state.elapsed,
                 "horizon": state.horizon.at,  # the one this update was scheduled by (0: none)
+                **grad_norm,  # where train.clip_norm measures it
             }
         )
 
@@ -385,7 +398,8 @@ class Trainer:
         t, state = self.config.train, self.state
         if not len(self.data.splits["valid"]):
             return False
-        bleu = self.ranks.broadcast([self._validation_bleu() if self.main else 0.0])[0]
+        bleu, nll = self.ranks.broadcast(self._validation_bleu() if self.main else [0.0, 0.0])
+        self.checks.validated(state.step, nll, bleu, warmup_updates(self.config, state.horizon.at))
         if bleu > state.best_bleu:
             state.best_bleu, state.bad_evals = bleu, 0
             path = self._save()  # on every rank: a save gathers their generator states
@@ -395,8 +409,8 @@ class Trainer:
             state.bad_evals += 1
         return bool(t.patience) and state.bad_evals >= t.patience
 
-    def _validation_bleu(self) -> float:
-        """Validate, log and say how it went (rank 0)."""
+    def _validation_bleu(self) -> list[float]:
+        """Validate, log and say how it went (rank 0): BLEU and NLL."""
         state = self.state
         record, examples = validate(self.model, self.data, self.config, self.device)
         where = {"step": state.step, "epoch": state.position.epoch}
@@ -408,7 +422,7 @@ class Trainer:
         )
         if examples:
             say("\n".join(examples))
-        return bleu
+        return [bleu, record["nll"]]
 
     # ------------------------------------------------------------------ checkpoints
 

@@ -1,6 +1,6 @@
 """Translate text: sources encoded and cut to the model's positions, sorted by length, packed
-into batches of about `decode.batch_tokens` source tokens, decoded greedily or with beam
-search, and returned in input order."""
+into batches of about `decode.batch_tokens` source tokens (0: as many as suit the device),
+decoded greedily or with beam search, and returned in input order."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from tqdm import tqdm
 from . import tokenizer as tok
 from .config import DecodeConfig
 from .data import pad_batch
-from .decode import Hypothesis, beam_search, greedy, max_output_lengths
+from .decode import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
 from .device import autocast, precision_for
+from .errors import MtError
 from .model import EOS, Transformer, max_length
 
 
@@ -69,6 +70,21 @@ def source_ids(model: Transformer, tokenizer: Tokenizer, texts: Sequence[str]) -
     return [x[:limit] for x in ids]
 
 
+CPU_BATCH_TOKENS = 4096  # decode.batch_tokens 0 (auto) on a CPU, where more is no faster
+
+
+def batch_tokens_for(cfg: DecodeConfig, model: Transformer, device: torch.device) -> int:
+    """`decode.batch_tokens`, or where it is 0 (auto) the device's: 4096 on a CPU; on a GPU
+    what a quarter of its free memory holds, at most 65,536 (plenty to fill an H100's step):
+    per source token about two target positions of cached keys and values and four float32
+    copies of a row's logits, all in float32 (bf16 halves the first)."""
+    if cfg.batch_tokens or device.type != "cuda":
+        return cfg.batch_tokens or CPU_BATCH_TOKENS
+    m = model.cfg
+    per_token = 4 * (2 * 2 * m.decoder_layers * m.d_model + 4 * model.out.out_features)
+    return max(CPU_BATCH_TOKENS, min(2**16, torch.cuda.mem_get_info(device)[0] // 4 // per_token))
+
+
 @torch.inference_mode()
 def translate_ids(
     model: Transformer,
@@ -77,38 +93,61 @@ def translate_ids(
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Hypotheses (token ids and scores) for each source (ids from `source_ids`), in order."""
+    """Hypotheses (token ids and scores) for each source (ids from `source_ids`), in order.
+    A batch too big for the device's memory is halved (said once) until it fits."""
     beam = cfg.beam
     device = torch.device(device)
     dtype, _ = precision_for(cfg.precision, device)
+    plan = plan_for(device)
     model.eval()
     results: list[list[Hypothesis]] = [[] for _ in ids]
     order = [i for i in np.argsort([-len(x) for x in ids], kind="stable") if ids[i]]
+    budget = batch_tokens_for(cfg, model, device)
     batches, start = [], 0
     while start < len(order):  # longest first: the batch size is set by its first sentence
-        size = max(1, cfg.batch_tokens // ((len(ids[order[start]]) + 1) * beam))
+        size = max(1, budget // ((len(ids[order[start]]) + 1) * beam))
         batches.append(order[start : start + size])
         start += size
-    bar = tqdm(batches, desc="translate", unit="batch", disable=not progress or None, leave=False)
-    for batch in bar:
+    bar = tqdm(
+        total=len(order), desc="translate", unit="sent", disable=not progress or None, leave=False
+    )
+    pending, cap = batches[::-1], len(order)  # a stack; cap: sentences a batch may hold
+    while pending:
+        batch = pending.pop()
+        if len(batch) > cap:
+            pending += [batch[i : i + cap] for i in range(0, len(batch), cap)][::-1]
+            continue
         src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=EOS)).to(device)
-        with autocast(device, dtype):  # log-probabilities are float32 all the same
-            if beam == 1 and cfg.nbest == 1:
-                lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
-                found = [
-                    [Hypothesis(t, float("nan"), float("nan"))] for t in greedy(model, src, lengths)
-                ]
-            else:
-                found = beam_search(
-                    model,
-                    src,
-                    beam,
-                    cfg.alpha,
-                    cfg.max_len_a,
-                    cfg.max_len_b,
-                    cfg.nbest,
-                    cfg.no_repeat_ngram,
+        try:
+            with autocast(device, dtype):  # log-probabilities are float32 all the same
+                if beam == 1 and cfg.nbest == 1:
+                    lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
+                    found = [
+                        [Hypothesis(t, float("nan"), float("nan"))]
+                        for t in greedy(model, src, lengths, plan)
+                    ]
+                else:
+                    found = beam_search(model, src, cfg, plan)
+        except torch.OutOfMemoryError:
+            if len(batch) == 1:
+                raise MtError(
+                    f"a sentence of {src.size(1)} tokens does not fit in the memory of "
+                    f"{device} with beam {beam}"
+                ) from None
+            if cap == len(order):
+                print(
+                    f"warning: a batch of {len(batch)} sentences did not fit in the memory of "
+                    f"{device}; decoding in smaller batches (lower decode.batch_tokens)",
+                    file=sys.stderr,
                 )
+            del src
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            cap = len(batch) // 2
+            pending.append(batch)
+            continue
         for i, hyps in zip(batch, found):
             results[i] = hyps
+        bar.update(len(batch))
+    bar.close()
     return results

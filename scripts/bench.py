@@ -13,6 +13,7 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
   quality  BLEU/chrF, greedy and beam 5, Tatoeba test and FLORES-200 devtest, peak memory
   decode   decoding speed, batched vs one sentence at a time, greedy and beam 5
   export   mt (PyTorch) vs its CTranslate2 export, float32 and int8: speed, BLEU, memory, size
+  serve    mt serve under 64 concurrent clients for 60 s against mt translate in one batch
 
     python scripts/bench.py --data ../shared/data [--only speed,decode] [--minutes 20]
 """
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 import yaml
+from bench_serve import render as render_serve
 from bench_train_speed import CPU_FLAGS, REFERENCE_THEN
 
 from mt.metrics import read_metrics
@@ -274,6 +276,12 @@ def step_export(data: Path, results: dict) -> None:
         ]
     )
     results["export"] = last_json(out)
+
+
+def step_serve(data: Path, results: dict) -> None:
+    pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
+    out, _ = run([PY, "scripts/bench_serve.py", str(RUN), "--pairs", pairs])
+    results["serve"] = last_json(out)
 
 
 def render_export(e: dict) -> list[str]:
@@ -537,6 +545,8 @@ def render(results: dict) -> str:
         lines.append("")
     if "export" in results:
         lines += render_export(results["export"])
+    if "serve" in results:
+        lines += render_serve(results["serve"])
     lines += peer_comparison(results)
 
     return "\n".join(lines).rstrip() + "\n"
@@ -622,7 +632,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
-        "--only", default="prepare,speed,recipe,fitted,quality,decode,budget,export"
+        "--only", default="prepare,speed,recipe,fitted,quality,decode,budget,export,serve"
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -639,6 +649,7 @@ def main() -> None:
         "quality": lambda: step_quality(data, results),
         "decode": lambda: step_decode(data, results),
         "export": lambda: step_export(data, results),
+        "serve": lambda: step_serve(data, results),
     }
     for name in filter(None, args.only.split(",")):  # --only "" re-renders the page
         steps[name]()

@@ -238,7 +238,7 @@ def test_decoding_keys_come_from_config_and_set_on_top_of_the_checkpoint(
     [
         (["--beam", "0"], "decode.beam: must be positive, got 0"),
         (["--beam", "-1"], "decode.beam: must be positive, got -1"),
-        (["--batch-tokens", "-5"], "decode.batch_tokens: must be positive, got -5"),
+        (["--batch-tokens", "-5"], "decode.batch_tokens: must not be negative, got -5"),
         (["--device", "bogus"], "run.device: 'bogus': expected auto, cpu, cuda, cuda:N or mps"),
     ],
 )

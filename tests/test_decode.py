@@ -1,6 +1,9 @@
 """Greedy and beam search: against a known distribution, exhaustive search and each other;
-scores against teacher forcing; batching, n-best lists, n-gram blocking, length limits."""
+scores against teacher forcing; batching, n-best lists, n-gram blocking, length limits; the
+GPU plan (a static cache, few looks by the host) against the CPU one, and its host syncs;
+batches split when memory runs out."""
 
+import copy
 import itertools
 import math
 from types import SimpleNamespace
@@ -8,16 +11,21 @@ from types import SimpleNamespace
 import pytest
 import torch
 from test_model import VOCAB, pad, random_batch, tiny_model, trained_model
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from mt.config import ModelConfig
+import mt.translate
+from mt.config import DecodeConfig, ModelConfig
 from mt.decode import (
+    Plan,
     beam_search,
     best_extensions,
     greedy,
     length_penalty,
     max_output_lengths,
 )
+from mt.errors import MtError
 from mt.model import BOS, EOS, PAD
+from mt.translate import translate_ids
 
 
 def random_model():
@@ -66,7 +74,7 @@ class ChainModel:
     def encode(self, src):
         return src, None
 
-    def start_decoding(self, memory, src_keep, max_len, rows_per_source=1):
+    def start_decoding(self, memory, src_keep, max_len, rows_per_source=1, static=False):
         return SimpleNamespace(select=lambda rows, sources=None: None)  # nothing cached
 
     def decode_step(self, tokens, state):
@@ -78,16 +86,18 @@ def test_search_on_a_known_distribution():
     chain = [model.a, model.b, model.c, model.d]
     assert greedy(model, src, 10) == [chain]
     # an EOS ranked second, below the beam of one, finishes nothing
-    assert beam_search(model, src, beam=1, alpha=0.0)[0][0].tokens == chain
-    assert beam_search(model, src, beam=2, alpha=0.0)[0][0].tokens == []  # the most probable
+    assert beam_search(model, src, DecodeConfig(beam=1, alpha=0.0))[0][0].tokens == chain
+    assert (
+        beam_search(model, src, DecodeConfig(beam=2, alpha=0.0))[0][0].tokens == []
+    )  # the most probable
     # with a length penalty the chain wins (score -0.67 against -0.92 for []), but only a search
     # that bounds the scores reachable from [a, b] (log-prob -1.11) looks past [] to find it
-    assert beam_search(model, src, beam=2, alpha=1.0)[0][0].tokens == chain
+    assert beam_search(model, src, DecodeConfig(beam=2, alpha=1.0))[0][0].tokens == chain
 
 
 def test_beam_of_one_is_greedy(model_and_batch):
     model, src = model_and_batch
-    hyps = beam_search(model, src, beam=1, alpha=0.0, max_len_a=1.5, max_len_b=10)
+    hyps = beam_search(model, src, DecodeConfig(beam=1, alpha=0.0, max_len_a=1.5, max_len_b=10))
     assert [h[0].tokens for h in hyps] == greedy(model, src, max_output_lengths(src, 1.5, 10))
 
 
@@ -98,7 +108,9 @@ def test_exhaustive_beam_finds_the_best_outputs(alpha):
     model, src = random_model(), random_batch([5, 3], seed=5)
     words = [w for w in range(VOCAB) if w not in (PAD, BOS, EOS)]
     outputs = [[], *([w] for w in words), *map(list, itertools.product(words, repeat=2))]
-    hyps = beam_search(model, src, len(outputs), alpha, max_len_a=0, max_len_b=2, nbest=5)
+    hyps = beam_search(
+        model, src, DecodeConfig(beam=len(outputs), alpha=alpha, max_len_a=0, max_len_b=2, nbest=5)
+    )
     penalties = [length_penalty(len(out) + 1, alpha) for out in outputs]
     for i, nbest in enumerate(hyps):
         logprobs = teacher_forced_logprobs(model, src[i], outputs)
@@ -112,7 +124,7 @@ def test_beam_scores_no_worse_than_greedy():
     now and then for a random model), but it should hold for a trained model."""
     model, src, _ = trained()
     src = torch.cat([src, mixed_batch()])  # seen and unseen sentences
-    best = beam_search(model, src, beam=4, alpha=0.0)
+    best = beam_search(model, src, DecodeConfig(beam=4, alpha=0.0))
     for i, tokens in enumerate(greedy(model, src, max_output_lengths(src, 1.5, 10))):
         logprobs = teacher_forced_logprobs(model, src[i], [tokens, best[i][0].tokens])
         assert logprobs[1] >= logprobs[0] - 1e-5
@@ -122,11 +134,11 @@ def test_same_output_alone_as_in_a_batch(model_and_batch):
     model, src = model_and_batch
     src = src[:6]
     in_batch = greedy(model, src, max_output_lengths(src, 1.5, 10))
-    beams = beam_search(model, src, beam=3, nbest=3)
+    beams = beam_search(model, src, DecodeConfig(beam=3, nbest=3))
     for i in range(len(src)):
         alone = src[i][src[i] != PAD][None]
         assert greedy(model, alone, max_output_lengths(alone, 1.5, 10)) == [in_batch[i]]
-        (nbest,) = beam_search(model, alone, beam=3, nbest=3)
+        (nbest,) = beam_search(model, alone, DecodeConfig(beam=3, nbest=3))
         assert [h.tokens for h in nbest] == [h.tokens for h in beams[i]]
         assert [h.score for h in nbest] == pytest.approx([h.score for h in beams[i]], abs=1e-5)
 
@@ -134,7 +146,9 @@ def test_same_output_alone_as_in_a_batch(model_and_batch):
 def test_nbest_lists_are_sorted_distinct_and_rescore_exactly():
     model, src = random_model(), mixed_batch()
     for alpha, no_repeat_ngram in [(0.6, 0), (0.0, 2)]:
-        hyps = beam_search(model, src, 4, alpha, nbest=4, no_repeat_ngram=no_repeat_ngram)
+        hyps = beam_search(
+            model, src, DecodeConfig(beam=4, alpha=alpha, nbest=4, no_repeat_ngram=no_repeat_ngram)
+        )
         for i, nbest in enumerate(hyps):
             assert len({tuple(h.tokens) for h in nbest}) == 4
             assert [h.score for h in nbest] == sorted((h.score for h in nbest), reverse=True)
@@ -148,7 +162,7 @@ def test_nbest_lists_are_sorted_distinct_and_rescore_exactly():
 
 def test_trained_model_beam_reproduces_its_targets():
     model, src, targets = trained()
-    assert [h[0].tokens for h in beam_search(model, src, beam=4)] == targets
+    assert [h[0].tokens for h in beam_search(model, src, DecodeConfig(beam=4))] == targets
 
 
 @pytest.mark.parametrize("n", [1, 2, 3])
@@ -158,8 +172,10 @@ def test_no_repeat_ngram(n):
         return len(grams) - len(set(grams))
 
     model, src = random_model(), mixed_batch()
-    assert sum(repeats(h[0].tokens) for h in beam_search(model, src, beam=3)) > 0  # not vacuous
-    for nbest in beam_search(model, src, beam=3, nbest=3, no_repeat_ngram=n):
+    assert (
+        sum(repeats(h[0].tokens) for h in beam_search(model, src, DecodeConfig(beam=3))) > 0
+    )  # not vacuous
+    for nbest in beam_search(model, src, DecodeConfig(beam=3, nbest=3, no_repeat_ngram=n)):
         assert all(repeats(h.tokens) == 0 for h in nbest)
 
 
@@ -168,12 +184,14 @@ def test_output_lengths_are_limited():
     limits = max_output_lengths(src, 0.5, 2)
     assert limits.tolist() == [6, 3, 5, 4, 6, 3]
     assert [len(tokens) for tokens in greedy(model, src, limits)] == limits.tolist()
-    hyps = beam_search(model, src, beam=3, nbest=3, max_len_a=0.5, max_len_b=2)
+    hyps = beam_search(model, src, DecodeConfig(beam=3, nbest=3, max_len_a=0.5, max_len_b=2))
     assert [max(len(h.tokens) for h in nbest) for nbest in hyps] == limits.tolist()
     assert all(len(h.tokens) <= limit for nbest, limit in zip(hyps, limits) for h in nbest)
     short, src = tiny_model(seed=3, max_positions=8), src[:, :8]  # BOS + 7 tokens fill it
     assert {len(tokens) for tokens in greedy(short, src, 100)} == {7}
-    assert {len(h[0].tokens) for h in beam_search(short, src, beam=2, max_len_b=100)} == {7}
+    assert {
+        len(h[0].tokens) for h in beam_search(short, src, DecodeConfig(beam=2, max_len_b=100))
+    } == {7}
 
 
 @pytest.mark.parametrize("vocab", [8000, 101, 96])  # chunks of 64, of 1 (a prime), of 48
@@ -189,3 +207,111 @@ def test_best_extensions_rank_like_a_full_sort(vocab):
     scores, beam, word = best_extensions(logprobs, alive, m)
     assert torch.equal(scores, expected)
     assert torch.equal(beam * vocab + word, flat)
+
+
+# what a GPU runs (plan_for): a static cache, the host looking every few steps; and lagging
+# looks with rows dropped, as a CPU would if it looked less often
+GPU_LIKE = [Plan(check_every=4, static=True), Plan(check_every=3)]
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [*GPU_LIKE, pytest.param(Plan(check_every=8, static=True, graph=True), marks=CUDA)],
+    ids=["static", "lagging", "cuda-graph"],
+)
+def test_plans_change_the_work_not_the_result(model_and_batch, plan):
+    model, src = model_and_batch
+    if plan.graph:  # the plan of a GPU, there
+        model, src = copy.deepcopy(model).cuda(), src.cuda()
+    limits = max_output_lengths(src, 1.5, 10)
+    assert greedy(model, src, limits, plan) == greedy(model, src, limits)
+    for cfg in [DecodeConfig(beam=4, nbest=3), DecodeConfig(beam=3, alpha=0, no_repeat_ngram=2)]:
+        expected, found = beam_search(model, src, cfg), beam_search(model, src, cfg, plan)
+        assert [[h.tokens for h in x] for x in found] == [[h.tokens for h in x] for x in expected]
+        for x, y in zip(found, expected):
+            assert [h.score for h in x] == pytest.approx([h.score for h in y], abs=1e-5)
+            assert [h.logprob for h in x] == pytest.approx([h.logprob for h in y], abs=1e-5)
+
+
+class HostSyncs(TorchDispatchMode):
+    """Counts the operations that make the host wait for a GPU (those that
+    torch.cuda.set_sync_debug_mode reports), on any device: reading a value, a shape that
+    depends on values (nonzero, boolean masks, repeat_interleave without its size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.reads = {"_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select"}
+        self.reads |= {"unique_consecutive", "_unique2", "unique_dim"}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        masks = name in ("index", "index_put", "index_put_") and any(
+            i is not None and i.dtype == torch.bool for i in args[1]
+        )
+        sized = (
+            func is torch.ops.aten.repeat_interleave.Tensor and kwargs.get("output_size") is None
+        )
+        self.count += name in self.reads or masks or sized
+        return func(*args, **kwargs)
+
+
+def syncs_per_step(monkeypatch, model, search) -> list[int]:
+    """Host syncs between one decoder step and the next, for each step but the last."""
+    mode, marks, step = HostSyncs(), [], model.decode_step
+    for method in ("tolist", "numpy", "cpu"):  # they read values with no operation to count
+
+        def read(tensor, *args, real=getattr(torch.Tensor, method), **kwargs):
+            mode.count += 1
+            return real(tensor, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, method, read)
+    monkeypatch.setattr(model, "decode_step", lambda *a: marks.append(mode.count) or step(*a))
+    with mode:
+        search()
+    return [b - a for a, b in itertools.pairwise(marks)]
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_the_gpu_plan_waits_for_the_device_only_when_the_host_looks(monkeypatch, search):
+    model, src = random_model(), mixed_batch()  # runs to the length limit: many steps
+    limits, cfg = max_output_lengths(src, 1.5, 10), DecodeConfig(beam=3, nbest=2, no_repeat_ngram=2)
+
+    def run(plan):
+        if search == "greedy":
+            return lambda: greedy(model, src, limits, plan)
+        return lambda: beam_search(model, src, cfg, plan)
+
+    assert min(syncs_per_step(monkeypatch, model, run(Plan()))) >= 1  # the CPU's: every step
+    syncs = syncs_per_step(monkeypatch, model, run(GPU_LIKE[0]))
+    assert len(syncs) > 12
+    assert syncs == [int((t + 1) % 4 == 0) for t in range(len(syncs))]
+
+
+def test_a_batch_too_big_for_memory_is_split_until_it_fits(monkeypatch, capsys):
+    model = random_model()
+    ids = [[w for w in row if w != PAD] for row in mixed_batch().tolist()]
+    cfg = DecodeConfig(beam=2, nbest=2, batch_tokens=1000)  # one batch of 6
+    expected, search = translate_ids(model, ids, cfg), mt.translate.beam_search
+
+    def small_memory(model, src, cfg, plan):
+        if len(src) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return search(model, src, cfg, plan)
+
+    monkeypatch.setattr(mt.translate, "beam_search", small_memory)
+    found = translate_ids(model, ids, cfg)
+    assert [[h.tokens for h in x] for x in found] == [[h.tokens for h in x] for x in expected]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a batch of 6 sentences did not fit in the memory of cpu" in err
+
+    def no_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(mt.translate, "beam_search", no_memory)  # not even one sentence fits
+    with pytest.raises(MtError, match="a sentence of 10 tokens does not fit in the memory of cpu"):
+        translate_ids(model, ids, cfg)

@@ -10,6 +10,7 @@ import json
 import os
 import pickle
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -264,8 +265,65 @@ def _full_disk_out(command: str):
     return setup
 
 
+# The same failures, real: a file system the test mounts (root only; skipped elsewhere).
+def mount(target: Path, *args: str) -> None:
+    """`mount ARGS TARGET`, undone when the case ends, or a skip where this machine cannot."""
+    try:
+        subprocess.run(["mount", *args, str(target)], check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"cannot mount here: {getattr(e, 'stderr', '') or e}".strip())
+    # lazy: a file a failed case left open (its traceback holds it) must not keep it mounted
+    RESTORE.append(lambda: subprocess.run(["umount", "--lazy", str(target)], check=True))
+
+
+def fill(disk: Path, leave: int) -> None:
+    """Take all the free space of `disk` but `leave` bytes."""
+    (disk / "fill").write_bytes(bytes(shutil.disk_usage(disk).free - leave))
+
+
+def tmpfs(tmp: Path) -> Path:
+    disk = tmp / "disk"
+    disk.mkdir()
+    mount(disk, "-t", "tmpfs", "-o", "size=16m", "tmpfs")
+    return disk
+
+
+def _real_full_disk_save(at: str):
+    """Resume on a disk with room for the small files and half of the weights, or of the
+    trainer state (safetensors and torch each say a full disk their own way)."""
+
+    def setup(corpus, run, tmp, mp):
+        run = copy_run(run, tmpfs(tmp))
+        last = (run / "checkpoints" / "last").resolve()
+        weights, trainer = (
+            (last / f).stat().st_size for f in (checkpoint.WEIGHTS, checkpoint.TRAINER)
+        )
+        room = weights // 2 if at == "weights" else weights + trainer // 2
+        fill(run.parent, 64 * 1024 + room)  # 64 KiB: config.yaml, README.md, metrics.jsonl
+        return train_args(corpus, run, "train.max_steps=31"), run
+
+    return setup
+
+
+def _real_full_disk_average(corpus, run, tmp, mp):
+    disk = tmpfs(tmp)
+    fill(disk, (run / "checkpoints" / "last" / checkpoint.WEIGHTS).stat().st_size // 2)
+    return ["average", str(run), "--last", "2", "--out", str(disk / "avg.safetensors")], disk
+
+
+def _real_read_only_resume(corpus, run, tmp, mp):
+    copy_run(run, tmp / "rw")
+    (tmp / "ro").mkdir()
+    mount(tmp / "ro", "-o", "bind,ro", str(tmp / "rw"))  # the same run, seen read-only
+    if not os.statvfs(tmp / "ro").f_flag & os.ST_RDONLY:
+        pytest.skip("mount -o bind,ro left the mount writable (util-linux before 2.27)")
+    return train_args(corpus, tmp / "ro" / "run", "train.max_steps=31"), tmp / "ro"
+
+
 RESTORE: list[Callable[[], None]] = []
 LATIN1 = '{"en": "café", "es": "café"}\n'.encode("latin-1")
+FULL = "cannot write: No space left on device (disk full)"
+LINES_49 = "".join(json.dumps({"en": en, "es": es}) + "\n" for en, es in PAIRS[:49]).encode()
 
 CASES = {
     # resume: refuse before anything is rebuilt
@@ -323,6 +381,22 @@ CASES = {
     "full disk at a checkpoint save": (_full_disk_save, 1, "No space left"),
     "full disk at evaluate --out": (_full_disk_out("evaluate"), 1, "No space left"),
     "full disk at average --out": (_full_disk_out("average"), 1, "No space left"),
+    "real full disk at average --out": (_real_full_disk_average, 1, f"avg.safetensors: {FULL}"),
+    "real read-only run.dir at a resume": (
+        _real_read_only_resume,
+        1,
+        "ro/run/config.yaml: cannot write: Read-only file system",
+    ),
+    "a JSONL line neither UTF-8 nor JSON": (
+        _data_file(LINES_49 + b"\xff\xfe\x00garbage\n"),
+        2,
+        "bad.jsonl:50: not UTF-8",
+    ),
+    "a JSONL line not JSON": (
+        _data_file(LINES_49 + b'{"en": "a", "es": \n'),
+        2,
+        "bad.jsonl:50: invalid JSON",
+    ),
 }
 
 
@@ -332,10 +406,11 @@ def test_a_bad_input_is_one_line_and_changes_nothing(
 ):
     corpus, run = trained
     setup, status, culprit = CASES[case]
-    argv, folder = setup(corpus, run, tmp_path, monkeypatch)
-    before = snapshot(folder)
-    try:
+    try:  # a case's mounts are undone however it ends
+        argv, folder = setup(corpus, run, tmp_path, monkeypatch)
+        before = snapshot(folder)
         code, _, err = cli_main(*argv)
+        after = snapshot(folder)
     finally:
         while RESTORE:
             RESTORE.pop()()
@@ -343,7 +418,7 @@ def test_a_bad_input_is_one_line_and_changes_nothing(
     assert code == status, err
     assert len(lines) == 1 and lines[0].startswith("mt: error: "), err
     assert culprit in lines[0], err
-    assert snapshot(folder) == before
+    assert after == before
     assert not Path("/tmp/mt-pwned").exists()
 
 
@@ -359,6 +434,26 @@ def test_a_full_disk_leaves_last_loadable(trained, cli_main, tmp_path, monkeypat
     assert not list((run / "checkpoints").glob(".*"))  # no temporary left behind
     checkpoint.load(run / "checkpoints" / "last")
     checkpoint.load_trainer_state(run / "checkpoints" / "last")
+
+
+@pytest.mark.parametrize("at", ["weights", "trainer"])
+def test_a_real_full_disk_at_a_save_is_one_line_and_keeps_last(
+    at, trained, cli_main, tmp_path, monkeypatch
+):
+    """Training goes on until its save at update 31 fails: its progress, then the error alone."""
+    try:
+        argv, run = _real_full_disk_save(at)(*trained, tmp_path, monkeypatch)
+        before = snapshot(run / "checkpoints")  # config.yaml and metrics.jsonl do change
+        code, _, err = cli_main(*argv)
+        after = snapshot(run / "checkpoints")
+        checkpoint.load(run / "checkpoints" / "last")
+    finally:
+        while RESTORE:
+            RESTORE.pop()()
+    assert code == 1, err
+    assert err.splitlines()[-1] == f"mt: error: {run}/checkpoints/step-00000031: {FULL}", err
+    assert err.count("mt: error") == 1, err
+    assert after == before  # last and what it points to untouched, no temporary left
 
 
 def test_a_dangling_last_resumes_from_the_newest_complete_checkpoint(trained, cli_main, tmp_path):
@@ -405,3 +500,12 @@ def test_a_half_written_metrics_line_is_skipped_with_a_warning(trained, tmp_path
         f.write('{"kind": "tr')
     assert read_metrics(run) == whole
     assert "partial last line" in capsys.readouterr().err
+
+
+def test_a_metrics_line_that_cannot_be_written_is_one_error_naming_the_file(tmp_path):
+    from mt import metrics
+    from mt.errors import MtError
+
+    (tmp_path / metrics.FILE).mkdir()  # any OSError at the append: a full disk, a lost mount
+    with pytest.raises(MtError, match=f"{tmp_path / metrics.FILE}: cannot write: "):
+        metrics.append(tmp_path, {"kind": "train", "step": 1})

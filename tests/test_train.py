@@ -19,7 +19,7 @@ from conftest import HELD_OUT, mt_executable
 
 from mt import checkpoint
 from mt.config import Config, load_config
-from mt.errors import ConfigError, MtError
+from mt.errors import ConfigError, Unhealthy
 from mt.loss import smoothed_loss
 from mt.model import PAD
 from mt.schedule import learning_rate
@@ -263,10 +263,12 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
     monkeypatch.setattr(
         mt_update, "smoothed_loss", lambda *a: (real(*a)[0] * math.nan, real(*a)[1])
     )
-    with pytest.raises(MtError, match="non-finite losses in a row"):
+    with pytest.raises(Unhealthy, match="diverged: the loss was not a finite number in 5 "):
         train(tiny_config(corpus_file, run, "train.max_steps=20"))
     after = weights(run)  # the last good checkpoint is still there and loads
     assert after.keys() == good.keys()
+    assert metric_lines(run)[-1] == {"kind": "health", "step": 4, "check": "diverged",
+                                     "message": metric_lines(run)[-1]["message"]}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- signals
@@ -377,7 +379,10 @@ def test_stop_reason_has_one_fixed_priority():
 
     t = TrainConfig(max_steps=5, max_minutes=1, patience=2)
     state = TrainState(step=5)
+    state.vitals.stopped = "collapsed"
     assert stop_reason(t, state, "SIGINT", True, True) == "stopped by SIGINT"
+    assert stop_reason(t, state, "", True, True) == "the health check 'collapsed' fired"
+    state.vitals.stopped = ""
     assert "max_steps" in stop_reason(t, state, "", True, True)
     state.step = 4
     assert "max_minutes" in stop_reason(t, state, "", True, True)

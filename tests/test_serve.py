@@ -1,0 +1,384 @@
+"""`mt serve`: the JSON API against mt translate, bad input, batching, loading, the page in
+headless Chromium, and SIGTERM under load. Servers listen on a free port of 127.0.0.1."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import PAIRS, mt_executable, write_jsonl
+from test_train import tiny_config
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from mt import serve
+from mt.cli import _load_for_decoding, _translate_nbest
+from mt.train import train
+
+SENTENCES = ["Hello.", "I love you.", "Where is the station?", "The coffee is hot.", "Let's go!"]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("serve")
+    run = tmp / "run"
+    corpus = write_jsonl(tmp / "corpus.jsonl", PAIRS)
+    train(tiny_config(corpus, run, "train.max_steps=60", "train.lr=0.01"))
+    return run / "checkpoints" / "last"  # the best is an early one, which says nothing yet
+
+
+def loader(model: Path) -> Callable[[], tuple]:
+    return lambda: _load_for_decoding(str(model), None, None, "cpu")
+
+
+@contextmanager
+def serving(load: Callable[[], tuple], translate: Callable = _translate_nbest, **settings):
+    """An in-process server on a free port: (its URL, its Service)."""
+    service = serve.Service(load, translate, serve.Settings(**settings))
+    sock = serve.listen("127.0.0.1", 0)
+    server = serve.server(serve.create_app(service))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{sock.getsockname()[1]}", service
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def call(
+    address: str,
+    path: str,
+    body: dict | bytes | None = None,
+    content_type: str = serve.JSON_TYPE,
+    method: str | None = None,
+) -> tuple[int, dict | list, dict]:
+    """(status, JSON answer, headers) of one request."""
+    connection = http.client.HTTPConnection(address, timeout=60)
+    if isinstance(body, dict):
+        body = json.dumps(body).encode()
+    headers = {"Content-Type": content_type} if body is not None else {}
+    connection.request(method or ("GET" if body is None else "POST"), path, body, headers)
+    response = connection.getresponse()
+    answer = response.read()
+    connection.close()
+    return response.status, json.loads(answer), dict(response.getheaders())
+
+
+def wait_ready(address: str) -> None:
+    deadline = time.monotonic() + 60
+    while call(address, "/health")[0] != 200:
+        assert time.monotonic() < deadline, "the server did not get ready in 60 s"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def server(model: Path) -> Iterator[tuple[str, serve.Service]]:
+    with serving(loader(model), batch_wait_ms=50) as (address, service):
+        wait_ready(address)
+        yield address, service
+
+
+def expected(service: serve.Service, texts: list[str], beam: int, nbest: int) -> list:
+    """What mt translate's own function gives for `texts` decoded alone."""
+    decode = dataclasses.replace(service.cfg.decode, beam=beam, nbest=nbest)
+    cfg = dataclasses.replace(service.cfg, decode=decode)
+    return [_translate_nbest(service.loaded, [t], cfg, "cpu", False)[0] for t in texts]
+
+
+def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
+    address, service = server
+    status, answer, _ = call(
+        address, "/translate", {"q": "Hello.", "source": "en", "target": "es", "alternatives": 2}
+    )
+    assert status == 200
+    (want,) = expected(service, ["Hello."], beam=3, nbest=3)  # the beam grows to fit
+    assert answer["translatedText"] == want[0][0]
+    assert answer["alternatives"] == [text for text, _ in want[1:]]
+    assert answer["scores"] == pytest.approx([s for _, s in want], abs=1e-4)
+    assert answer["scores"] == sorted(answer["scores"], reverse=True)
+    assert (answer["beam"], answer["model"], answer["step"]) == (3, "run", 60)
+    assert "detectedLanguage" not in answer
+
+    # a list, in order, each as decoded alone; source auto as LibreTranslate's clients send it
+    status, answer, _ = call(address, "/translate", {"q": SENTENCES, "source": "auto"})
+    assert status == 200
+    beam = service.cfg.decode.beam
+    assert answer["translatedText"] == [h[0][0] for h in expected(service, SENTENCES, beam, 1)]
+    assert answer["alternatives"] == [[]] * len(SENTENCES)
+    assert answer["detectedLanguage"] == [{"language": "en", "confidence": 100}] * 5
+
+    # libretranslatepy posts a form; greedy search has no score
+    form = b"q=Hello.&source=en&target=es&api_key=&beam=1"
+    status, answer, _ = call(address, "/translate", form, serve.FORM_TYPE)
+    assert status == 200
+    assert answer["translatedText"] == expected(service, ["Hello."], 1, 1)[0][0][0]
+    assert answer["scores"] == [None]
+
+
+def test_health_info_and_languages(server):
+    address, _ = server
+    assert call(address, "/health")[1]["status"] == "ready"
+    _, info, _ = call(address, "/info")
+    assert (info["model"], info["engine"], info["device"], info["step"]) == (
+        "run",
+        "torch",
+        "cpu",
+        60,
+    )
+    assert info["config"]["model"]["d_model"] == 32 and info["serve"]["max_texts"] == 64
+    assert call(address, "/languages")[1][0] == {"code": "en", "name": "English", "targets": ["es"]}
+
+
+def test_concurrent_requests_share_batches_and_answer_as_alone(server):
+    address, service = server
+    before = call(address, "/health")[1]
+    texts = [pair[0] for pair in PAIRS[:16]]
+    answers: dict[str, str] = {}
+    start = threading.Barrier(len(texts))
+
+    def client(text: str) -> None:
+        start.wait()
+        answers[text] = call(address, "/translate", {"q": text})[1]["translatedText"]
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    after = call(address, "/health")[1]
+    assert after["texts"] - before["texts"] == len(texts)
+    assert after["batches"] - before["batches"] < len(texts)  # some requests shared a batch
+    want = expected(service, texts, service.cfg.decode.beam, 1)
+    assert answers == {t: h[0][0] for t, h in zip(texts, want)}
+
+
+BAD = [  # body, content type, status, the message's start
+    ({"q": ""}, serve.JSON_TYPE, 400, "q: empty text"),
+    ({"q": ["Hello.", "  "]}, serve.JSON_TYPE, 400, "q[1]: empty text"),
+    ({"q": []}, serve.JSON_TYPE, 400, "q: empty list"),
+    ({}, serve.JSON_TYPE, 400, "q: missing"),
+    ({"q": 3}, serve.JSON_TYPE, 400, "q: expected a string or a list of strings, got a number"),
+    ({"q": ["a", None]}, serve.JSON_TYPE, 400, "q: expected a string or a list of strings"),
+    ({"q": "a", "alternatives": "2"}, serve.JSON_TYPE, 400, "alternatives: expected an integer"),
+    ({"q": "a", "beam": True}, serve.JSON_TYPE, 400, "beam: expected an integer, got true"),
+    ({"q": "a", "beam": 99}, serve.JSON_TYPE, 400, "beam: 99 is out of range (1 to 16)"),
+    ({"q": "a", "beam": 2, "alternatives": 2}, serve.JSON_TYPE, 400, "alternatives: 2 needs"),
+    ({"q": "a", "colour": "red"}, serve.JSON_TYPE, 400, "unknown field 'colour'"),
+    ({"q": "a", "source": "fr"}, serve.JSON_TYPE, 400, "source: 'fr' is not served"),
+    ({"q": "a", "target": "de"}, serve.JSON_TYPE, 400, "target: 'de' is not served"),
+    ({"q": "a", "format": "html"}, serve.JSON_TYPE, 400, "format: 'html' is not served"),
+    (b'["q"]', serve.JSON_TYPE, 400, "body: expected a JSON object, got a list"),
+    (b'{"q": "a"', serve.JSON_TYPE, 400, "body is not valid JSON"),
+    (b"[" * 100_000, serve.JSON_TYPE, 400, "body is not valid JSON: nested too deeply"),
+    (b'{"q": "caf\xe9"}', serve.JSON_TYPE, 400, "body is not UTF-8 (byte 10)"),
+    (b"q=caf%E9", serve.FORM_TYPE, 400, "body is not UTF-8 (byte 3 of a value)"),
+    (b"q=a&alternatives=two", serve.FORM_TYPE, 400, "alternatives: expected an integer"),
+    ({"q": "a"}, "text/plain", 415, "Content-Type: expected application/json"),
+    ({"q": "a" * 1001}, serve.JSON_TYPE, 413, "q[0]: 1001 characters, at most 1000"),
+    ({"q": ["Hello."] * 10_000}, serve.JSON_TYPE, 413, "q: 10000 texts, at most 64"),
+    ({"q": "word " * 600_000}, serve.JSON_TYPE, 413, "body of 3,000,009 bytes or more"),
+]
+
+
+@pytest.mark.parametrize(("body", "kind", "status", "message"), BAD)
+def test_bad_requests_get_a_json_error_and_the_server_goes_on(server, body, kind, status, message):
+    address, _ = server
+    got, answer, _ = call(address, "/translate", body, kind)
+    assert (got, answer["error"][: len(message)]) == (status, message), answer
+    assert list(answer) == ["error"]
+
+
+def test_wrong_method_path_and_disconnecting_clients(server, capfd):
+    address, _ = server
+    assert call(address, "/translate")[:2] == (405, {"error": "Method Not Allowed"})
+    assert call(address, "/nowhere")[:2] == (404, {"error": "Not Found"})
+    host, port = address.split(":")
+    head = "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    for sent in (head + "Content-Length: 100\r\n\r\n" + '{"q": "Hel', head):
+        with socket.create_connection((host, int(port))) as raw:  # gone mid-body, mid-headers
+            raw.sendall(sent.encode())
+    body = json.dumps({"q": SENTENCES})
+    with socket.create_connection((host, int(port))) as raw:  # gone before its answer
+        raw.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n{body}".encode())
+    status, answer, _ = call(address, "/translate", {"q": "Hello."})
+    assert status == 200 and answer["translatedText"]
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_loading_and_busy_answer_503_with_retry_after(model):
+    loaded, free = threading.Event(), threading.Event()
+
+    def load() -> tuple:
+        loaded.wait(30)
+        return loader(model)()
+
+    def translate(*args):
+        if args[1] != ["Hello."]:  # the warm-up passes
+            free.wait(30)
+        return _translate_nbest(*args)
+
+    with serving(load, translate, max_requests=1) as (address, service):
+        for path, body in (("/health", None), ("/info", None), ("/translate", {"q": "Hi."})):
+            status, answer, headers = call(address, path, body)
+            assert (status, answer, headers["retry-after"]) == (
+                503,
+                {"error": "the model is loading"},
+                "1",
+            )
+        page = http.client.HTTPConnection(address)
+        page.request("GET", "/")
+        assert b"English" in page.getresponse().read()  # the page itself shows at once
+        loaded.set()
+        wait_ready(address)
+        first = threading.Thread(target=call, args=(address, "/translate", {"q": "Hi."}))
+        first.start()
+        while service.pending < 1:
+            time.sleep(0.01)
+        status, answer, _ = call(address, "/translate", {"q": "Hi there."})
+        assert (status, answer["error"]) == (503, "busy: 1 request(s) in flight (--max-requests 1)")
+        free.set()
+        first.join()
+        assert call(address, "/translate", {"q": "Hi there."})[0] == 200
+
+
+def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from mt import export
+
+    folder = export.export(model, tmp_path / "ct2")
+    with serving(lambda: _load_for_decoding(str(folder), None, None, "cpu", "auto")) as served:
+        address, service = served
+        wait_ready(address)
+        _, info, _ = call(address, "/info")
+        assert (info["engine"], info["model"], info["step"]) == ("ctranslate2", "ct2", 60)
+        _, answer, _ = call(address, "/translate", {"q": SENTENCES, "alternatives": 1})
+    cfg = service.cfg
+    want = export.translate_nbest(
+        service.loaded, SENTENCES, dataclasses.replace(cfg.decode, nbest=2)
+    )
+    assert answer["translatedText"] == [hyps[0][0] for hyps in want]
+    assert answer["alternatives"] == [[hyps[1][0]] for hyps in want]
+
+
+def chromium() -> tuple[str, str]:
+    """The paths of Debian's chromium and chromedriver, or a skip saying what is missing."""
+    pytest.importorskip("selenium", reason="selenium is not installed: make install")
+    found = [shutil.which(name) for name in ("chromium", "chromedriver")]
+    if not all(found):
+        pytest.skip("no chromium and chromedriver: make install installs them as root")
+    return found[0], found[1]
+
+
+def test_the_page_translates_as_you_type_in_headless_chromium(server, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser, driver_path = chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,700"):
+        options.add_argument(flag)
+    temporary = {**os.environ, "TMPDIR": str(tmp_path)}  # chromium's leftovers go with tmp_path
+    driver = webdriver.Chrome(options=options, service=Service(driver_path, env=temporary))
+    try:
+        address, service = server
+        driver.get(f"http://{address}/")
+        WebDriverWait(driver, 30).until(lambda d: "step 60" in d.find_element(By.ID, "model").text)
+        driver.find_element(By.ID, "source").send_keys("Hello.\nI love you.")
+        wait = WebDriverWait(driver, 30)
+        wait.until(lambda d: d.find_element(By.ID, "status").text.endswith("beam 3"))
+        found = expected(service, ["Hello.", "I love you."], beam=3, nbest=3)  # 2 alternatives
+        target = driver.find_element(By.ID, "target").text
+        assert target == "\n".join(hyps[0][0] for hyps in found)
+        rows = driver.find_elements(By.CSS_SELECTOR, "#alternatives li .text")
+        assert [row.text for row in rows] == [text for hyps in found for text, _ in hyps]
+        assert driver.find_element(By.ID, "error").text == ""
+        assert driver.save_screenshot(str(tmp_path / "page.png"))
+    finally:
+        driver.quit()
+
+
+def start_cli_server(model: Path, *options: str) -> tuple[subprocess.Popen, str]:
+    """`mt serve` in a process of its own, once ready: (the process, its address)."""
+    process = subprocess.Popen(
+        [mt_executable(), "serve", str(model), "--port", "0", *options],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    line = process.stderr.readline()
+    assert "listening on http://127.0.0.1:" in line, line
+    address = line.rsplit("http://", 1)[1].strip().rstrip("/")
+    wait_ready(address)
+    return process, address
+
+
+def test_sigterm_under_load_answers_every_request_in_flight_and_exits_0(model):
+    process, address = start_cli_server(model, "--batch-wait-ms", "2000")
+    answers: list[int] = []
+    failures: list[str] = []
+
+    def client(text: str, loop: bool) -> None:
+        while True:
+            try:
+                status, answer, _ = call(address, "/translate", {"q": text})
+            except OSError as e:  # refused or closed: the server stopped before reading it
+                failures.append(type(e).__name__)
+                return
+            answers.append(status)
+            assert status == 200 and "translatedText" in answer, answer
+            if not loop:
+                return
+
+    # 4 clients in a loop and 8 single requests, all waiting in the decoder's 2-second window
+    looping = [threading.Thread(target=client, args=(t, True)) for t in SENTENCES[:4]]
+    waiting = [threading.Thread(target=client, args=(p[0], False)) for p in PAIRS[:8]]
+    for thread in looping + waiting:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while call(address, "/health")[1]["pending"] < len(looping + waiting):
+        assert time.monotonic() < deadline, "the requests never were all in flight at once"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    assert process.wait(10) == 0
+    assert time.monotonic() - stopped < 10
+    for thread in looping + waiting:
+        thread.join()
+    log = process.stderr.read()
+    assert "SIGTERM: finishing" in log and "stopped" in log and "Traceback" not in log
+    # every request the server answered reached its client, each in-flight one among them
+    assert answers.count(200) == len(answers) >= 8
+    assert log.count('"POST /translate" 200') == len(answers)
+
+
+def test_cli_errors_are_one_line(cli_main, model):
+    code, _, err = cli_main("serve", "/nowhere", "--port", "0")
+    assert code == 2 and err.splitlines()[-1].startswith("mt: error: /nowhere: no checkpoint")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        code, _, err = cli_main("serve", str(model), "--port", port)
+    why = "cannot listen (Address already in use)"
+    assert (code, err) == (2, f"mt: error: 127.0.0.1:{port}: {why}\n")
+    code, _, err = cli_main("serve", str(model), "--max-texts", "0")
+    assert (code, err) == (2, "mt: error: --max-texts 0: must be at least 1\n")
+    code, _, err = cli_main("serve", str(model), "--port", "0", "--set", "decode.beam=0")
+    assert code == 2 and err.splitlines()[-1].startswith("mt: error: decoding options: decode")
