@@ -4,7 +4,9 @@ while the current one trains.
 
 The position (epoch, batch) is a part of the training state, and this is the only code that
 moves it: a run resumed from a saved position gets the batches the uninterrupted run got.
-`collate` is the one place that turns a batch's sentences into arrays.
+Batches are padded (`data.token_batches`, `data.collate`) or packed into rows of one length
+(`packing.pack_rows`, `packing.collate_packed`): `Batches._make` is the one place that
+chooses, by `pack_length`.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from .data import Split, collate, token_batches
 from .errors import ConfigError
+from .packing import Flat, collate_packed, each, pack_rows
 
-Batch = tuple[torch.Tensor, ...]  # src (B, S), tgt_in (B, T), tgt_out (B, T): int64
-Collate = Callable[[Split, np.ndarray], tuple[np.ndarray, ...]]
+Batch = tuple[torch.Tensor, ...]  # src (B, S), tgt_in (B, T), tgt_out (B, T): int64, padded;
+# packed, a PackedBatch: those three and where each row's sentences lie, all (rows, length)
 
 
 @dataclass
@@ -42,13 +46,13 @@ class Batches:
         world: int = 1,
         pin: bool = False,  # non_blocking copies to a GPU are asynchronous only when pinned
         prefetch: bool = True,
-        collate: Collate = collate,
+        pack_length: int = 0,  # tokens a packed row (`packing.row_length`); 0: padded
         resegment: Callable[[int], Split] | None = None,  # epoch -> its split (BPE-dropout)
     ) -> None:
         self.split, self.max_tokens, self.seed, self.position = split, max_tokens, seed, position
-        self.rank, self.world, self.pin, self.collate = rank, world, pin, collate
-        self.resegment = resegment
-        self._epoch: tuple[int, Split, list[np.ndarray]] = (-1, split, [])
+        self.rank, self.world, self.pin, self.resegment = rank, world, pin, resegment
+        self.pack_length, self.rows = pack_length, max_tokens // max(pack_length, 1)
+        self._epoch: tuple[int, Any, list[np.ndarray]] = (-1, None, [])
         self._pool = ThreadPoolExecutor(1, "batches") if prefetch else None
         self._ahead: tuple[tuple[int, int], Future[Batch]] | None = None
 
@@ -57,16 +61,20 @@ class Batches:
         together; the same for every (seed, epoch)."""
         return self._epoch_of(epoch)[2]
 
-    def _epoch_of(self, epoch: int) -> tuple[int, Split, list[np.ndarray]]:
-        """`epoch`, its split (segmented anew per epoch with BPE-dropout) and this rank's
-        batches of it."""
+    def _epoch_of(self, epoch: int) -> tuple[int, Any, list[np.ndarray]]:
+        """`epoch`, what its batches gather from (its split, segmented anew each epoch with
+        BPE-dropout; flat arrays when packed) and this rank's batches of it."""
         cached = self._epoch  # one read: the prefetch thread may replace it meanwhile
         if cached[0] != epoch:
             split = self.resegment(epoch) if self.resegment else self.split
-            lengths = (
-                np.fromiter(map(len, side), np.int64, len(split)) for side in (split.src, split.tgt)
-            )
-            batches = token_batches(*lengths, self.max_tokens, self.seed, epoch)
+            sides = split.src, split.tgt
+            lengths = (np.fromiter(map(len, side), np.int64, len(split)) for side in sides)
+            if self.pack_length:  # packed batches gather from flat arrays
+                source = tuple(Flat.of(side) for side in sides)
+                batches = pack_rows(*lengths, self.pack_length, self.rows, self.seed, epoch)
+            else:
+                source = split
+                batches = token_batches(*lengths, self.max_tokens, self.seed, epoch)
             per_rank = len(batches) // self.world
             if per_rank == 0:
                 raise ConfigError(
@@ -74,7 +82,7 @@ class Batches:
                     f"{self.world} processes; lower train.max_tokens"
                 )
             mine = batches[self.rank * per_rank : (self.rank + 1) * per_rank]
-            self._epoch = cached = (epoch, split, mine)
+            self._epoch = cached = (epoch, source, mine)
         return cached
 
     def __iter__(self) -> Batches:
@@ -93,11 +101,18 @@ class Batches:
             self._ahead = (p.epoch, p.batch), self._pool.submit(self._make, p.epoch, p.batch)
         return batch
 
+    def peek(self) -> Batch:
+        """The batch at the position, which does not move (for the rehearsal of an update)."""
+        return self._make(self.position.epoch, self.position.batch)
+
     def _make(self, epoch: int, index: int) -> Batch:
-        _, split, batches = self._epoch_of(epoch)
-        arrays = self.collate(split, batches[index])
-        tensors = tuple(torch.from_numpy(a) for a in arrays)
-        return tuple(x.pin_memory() for x in tensors) if self.pin else tensors
+        _, source, batches = self._epoch_of(epoch)
+        if self.pack_length:
+            arrays = collate_packed(*source, batches[index], self.pack_length, self.rows)
+        else:
+            arrays = collate(source, batches[index])
+        tensors = each(torch.from_numpy, arrays)
+        return each(torch.Tensor.pin_memory, tensors) if self.pin else tensors
 
     def close(self) -> None:
         if self._pool:

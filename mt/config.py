@@ -131,7 +131,17 @@ class TrainConfig:
     # auto: bf16 on GPUs with native bf16 and CPUs with AMX bf16, fp16 (loss-scaled) on older
     # GPUs, fp32 elsewhere; weights and checkpoints stay float32 in every precision
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    compile: bool = resumable(False)  # torch.compile the model
+    # torch.compile the model and the loss, rehearsed on the first batch (timed, uncompiled
+    # with a warning where compiling fails); auto: on CUDA when batches are packed (one shape,
+    # one compile), not where every batch would be a new shape to compile
+    compile: Literal["auto", True, False] = resumable("auto")
+    # Sentences packed side by side into rows of train.pack_length tokens (mt/packing.py):
+    # every batch has one shape, without padding; attention never crosses sentences and
+    # positions restart at each. auto: packed on CUDA, where one shape is what lets a compiled
+    # step pay; padded batches of similar lengths elsewhere (on a CPU attention over whole
+    # rows costs more than the few percent of padding saved)
+    pack: Literal["auto", True, False] = "auto"
+    pack_length: int = 0  # tokens a packed row; 0: data.max_length + 1 rounded up to 128
     # stop a run that diverged or collapsed with a one-line diagnosis, exit status 3
     # (mt/health.py says what each check looks for); a run so stopped resumes only with a
     # health setting changed
@@ -348,6 +358,7 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         "train.lr_scale": t.lr_scale,
         "train.lr": t.lr,
         "train.min_lr": t.min_lr,
+        "train.pack_length": t.pack_length,
     }
     for key, value in non_negative.items():
         if not math.isfinite(value):  # NaN passes every comparison below
@@ -375,6 +386,12 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         )
     if not 0.0 <= t.warmup_fraction <= 0.5:
         fail("train.warmup_fraction", f"must be in [0, 0.5], got {t.warmup_fraction}")
+    if t.pack_length and t.pack_length < config.data.max_length + 1:
+        fail(
+            "train.pack_length",
+            f"{t.pack_length} is below data.max_length + 1 ({config.data.max_length + 1}): "
+            "the longest sentences would not fit a row",
+        )
     if t.warmup_fraction and t.schedule not in DECAYING:  # else its rate would stay 0
         fail(
             "train.warmup_fraction",
@@ -490,8 +507,8 @@ def _convert(hint: Any, value: Any, origin: str, key: str) -> Any:
         items = value if isinstance(value, list) else [value]
         return [_convert(args[0], item, origin, key) for item in items]
     if origin_type is Literal:
-        if value not in args:
-            choices = ", ".join(map(str, args))
+        if not any(value == a and type(value) is type(a) for a in args):  # 1 is not True
+            choices = ", ".join(yaml.safe_dump(a).split("\n")[0] for a in args)  # true, not True
             raise ConfigError(f"{origin}: {key}: must be one of {choices}; got {value!r}")
         return value
     if hint is bool:

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from .config import Config, TrainConfig
 from .errors import ConfigError
@@ -180,14 +181,16 @@ class Checks:
         self.on = config.train.health_checks  # all but `diverged`, which is always on
         self.found: Diagnosis | None = None
         self.bad_updates = 0  # non-finite losses in a row
-        self.norms: list[float] = []  # gradient norms (before clipping) of this log window
+        # gradient norms (before clipping) of this log window, on the device until logged:
+        # reading each after its update would wait for the GPU every update
+        self.norms: list[torch.Tensor] = []
 
     @property
     def diverged(self) -> bool:
         """Whether the run diverged: its weights may not be numbers, keep the last good ones."""
         return self.found is not None and self.found.check == "diverged"
 
-    def counted(self, grad_norm: float | None) -> None:
+    def counted(self, grad_norm: torch.Tensor | None) -> None:
         """After an update that counted, with its gradient norm where one was measured."""
         self.bad_updates = 0
         if grad_norm is not None:
@@ -200,7 +203,7 @@ class Checks:
 
     def logged(self, step: int, train_nll: float) -> dict[str, float]:
         """At a training log line: the window's mean gradient norm for its record, if any."""
-        grad_norm = statistics.fmean(self.norms) if self.norms else None
+        grad_norm = float(torch.stack(self.norms).double().mean()) if self.norms else None
         self.vitals.logged(train_nll, grad_norm)
         self.norms = []
         if self.on:

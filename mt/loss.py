@@ -7,6 +7,8 @@ import torch.nn.functional as F
 
 from .model import PAD
 
+CHUNK = 2**25  # logits a chunk (128 MiB in float32): whole, (N, V) never is in float32
+
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
     """Label-smoothed cross-entropy and plain NLL, both summed over non-PAD targets.
@@ -20,25 +22,44 @@ def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
 
 
 class SmoothedLoss(torch.autograd.Function):
+    """Rows in chunks of at most CHUNK logits, each in float32 at least (bf16 log-probabilities
+    are too coarse for a loss), the gradient made with the loss in place of each chunk's
+    log-probabilities; the backward pass only scales it. One chunk stays in float32 until
+    scaled (CHUNK bounds it); more go into a gradient in the logits' dtype: a GPU batch of
+    64k tokens over 16k words would otherwise keep 4 GiB of float32 for the backward pass."""
+
     @staticmethod
     def forward(ctx, logits: torch.Tensor, target: torch.Tensor, epsilon: float):
         # logits (N, V), target (N,) -> loss, nll: scalars
-        # at least float32: bf16/fp16 log-probabilities are too coarse for a loss
-        lprobs = F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), -1)
-        keep = (target != PAD).to(lprobs.dtype)  # (N,): multiply, not index (no copy)
-        nll = -(lprobs.gather(1, target.unsqueeze(1)).squeeze(1) * keep).sum()
-        uniform = -(lprobs.sum(-1) * keep).sum() / lprobs.size(-1)
-        ctx.save_for_backward(lprobs, target, keep)
-        ctx.epsilon, ctx.dtype = epsilon, logits.dtype
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        keep = (target != PAD).to(dtype)  # (N,): multiply, not index (no copy)
+        nll = uniform = logits.new_zeros((), dtype=dtype)
+        chunks, needs_grad = _chunks(logits), ctx.needs_input_grad[0]
+        grad = torch.empty_like(logits) if needs_grad and len(chunks) > 1 else None
+        for rows in chunks:
+            lprobs = F.log_softmax(logits[rows].to(dtype), -1)  # (n, V)
+            t, k = target[rows].unsqueeze(1), keep[rows].unsqueeze(1)
+            nll = nll - (lprobs.gather(1, t) * k).sum()
+            uniform = uniform - (lprobs.sum(-1, keepdim=True) * k).sum() / lprobs.size(-1)
+            if needs_grad:  # softmax - q, the gradient at unmasked rows
+                lprobs.exp_().sub_(epsilon / lprobs.size(-1))
+                lprobs.scatter_add_(1, t, lprobs.new_full(t.shape, epsilon - 1.0))
+                if grad is None:
+                    grad = lprobs
+                else:
+                    grad[rows] = lprobs
+        ctx.save_for_backward(grad, keep)
+        ctx.dtype = logits.dtype
         ctx.mark_non_differentiable(nll)
         return (1.0 - epsilon) * nll + epsilon * uniform, nll
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
-        lprobs, target, keep = ctx.saved_tensors
-        eps = ctx.epsilon
-        grad = lprobs.exp_()  # softmax, in place: the saved log-probs are used only here
-        grad.sub_(eps / grad.size(-1))
-        grad.scatter_add_(1, target.unsqueeze(1), grad.new_full((len(target), 1), eps - 1.0))
-        grad.mul_((keep * grad_loss).unsqueeze(1))
-        return grad.to(ctx.dtype), None, None
+        grad, keep = ctx.saved_tensors
+        # in place: a second backward through the same loss is refused (a version mismatch)
+        return grad.mul_((keep * grad_loss).unsqueeze(1)).to(ctx.dtype), None, None
+
+
+def _chunks(logits: torch.Tensor) -> list[slice]:
+    rows = max(1, CHUNK // logits.size(-1))
+    return [slice(i, i + rows) for i in range(0, len(logits), rows)]

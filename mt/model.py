@@ -7,6 +7,8 @@ embeddings (3.4), and last the cache for decoding one token at a time.
 Shapes: B batch, S source length, T target length, D d_model, H heads, K = D / H per head,
 V vocabulary, L decoder layers. Masks are bool and True where attention is allowed:
 `src_keep` (B, 1, 1, S), as `encode` returns it, is True at real (non-PAD) source tokens.
+Packed rows (mt/packing.py) hold several sentences each: their masks keep every sentence to
+itself (`document_masks`), as bool tensors or, compiled, as FlexAttention block masks.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from mt.config import BOS, EOS, PAD, UNK, ModelConfig
+from mt.packing import PackedBatch
 
 __all__ = ["BOS", "EOS", "PAD", "UNK", "DecoderState", "Transformer", "max_length"]
 
@@ -84,9 +88,12 @@ class Attention(nn.Module):
         return x.unflatten(-1, (-1, self.heads, self.d_head)).permute(2, 0, 3, 1, 4)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask=None, causal=False) -> Tensor:
-        # q (B, H, T, K); k, v (B, H, Lk, K); mask broadcasts to (B, H, T, Lk) -> (B, T, D)
+        # q (B, H, T, K); k, v (B, H, Lk, K); mask broadcasts to (B, H, T, Lk), or is a
+        # BlockMask (then causal already, where it must be) -> (B, T, D)
         dropout = self.dropout if self.training else 0.0
-        if self.need_weights or explicit_attention(q.device.type, q.dtype):
+        if isinstance(mask, BlockMask):
+            y = flex_attention(q, k, v, block_mask=mask)
+        elif self.need_weights or explicit_attention(q.device.type, q.dtype):
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, Lk)
             if causal:
                 mask = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
@@ -115,8 +122,8 @@ class SelfAttention(Attention):
         # x (B, T, D). Decoding step by step, x is position `step` alone (T = 1) and
         # cache (max_len, 2, B, H, K) holds the keys and values of the positions before it.
         q, k, v = self.split_heads(self.qkv(x))  # 3 x (B, H, T, K)
-        if cache is None:
-            return self.attend(q, k, v, mask, self.causal)
+        if cache is None:  # a mask of packed rows is causal itself where it must be
+            return self.attend(q, k, v, mask, self.causal and mask is None)
         kv = torch.stack((k, v)).squeeze(3)  # (2, B, H, K)
         if isinstance(step, int):
             cache[step] = kv
@@ -184,15 +191,16 @@ class DecoderLayer(Layer):
         self.self_attn = SelfAttention(cfg, causal=True)
         self.cross_attn = CrossAttention(cfg)
 
-    def forward(self, x, memory_kv, src_keep, cache=None, step=0) -> Tensor:
-        # x (B, T, D) -> (B, T, D); cache and step as in SelfAttention. Decoding, B may be k
-        # times the N sources in memory_kv: rows i*k .. i*k+k-1 (beams) share source i, and
-        # attend to it as k query positions of one row, with no copies of the source.
+    def forward(self, x, memory_kv, src_keep, cache=None, step=0, self_mask=None) -> Tensor:
+        # x (B, T, D) -> (B, T, D); cache and step as in SelfAttention; src_keep is the
+        # cross-attention mask, self_mask that of packed rows. Decoding, B may be k times the
+        # N sources in memory_kv: rows i*k .. i*k+k-1 (beams) share source i, and attend to it
+        # as k query positions of one row, with no copies of the source.
         def cross(h: Tensor) -> Tensor:
-            queries = h.view(len(src_keep), -1, h.size(-1))  # (N, k * T, D)
+            queries = h.view(memory_kv.size(1), -1, h.size(-1))  # (N, k * T, D)
             return self.cross_attn(queries, memory_kv, src_keep).view(h.shape)
 
-        x = self.residual(x, 0, lambda h: self.self_attn(h, cache=cache, step=step))
+        x = self.residual(x, 0, lambda h: self.self_attn(h, self_mask, cache=cache, step=step))
         x = self.residual(x, 1, cross)
         return self.residual(x, 2, self.ff)
 
@@ -243,9 +251,14 @@ class Transformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())  # a shared matrix counts once
 
-    def embed(self, table: nn.Embedding, tokens: Tensor, start: int | Tensor = 0) -> Tensor:
-        # tokens (B, L) at positions start.. -> (B, L, D); start (1,) on the device: L = 1
-        if isinstance(start, Tensor):  # a static cache's step, not read by the host
+    def embed(
+        self, table: nn.Embedding, tokens: Tensor, start: int | Tensor = 0, positions=None
+    ) -> Tensor:
+        # tokens (B, L) at positions start.. (start (1,) on the device: L = 1), or at
+        # `positions` (B, L), those of packed rows -> (B, L, D)
+        if positions is not None:
+            pe = self.pe[positions]
+        elif isinstance(start, Tensor):  # a static cache's step, not read by the host
             pe = self.pe.index_select(0, start)
         else:
             end = start + tokens.size(1)
@@ -256,25 +269,33 @@ class Transformer(nn.Module):
             pe = self.pe[start:end]
         return self.drop(table(tokens) * math.sqrt(self.cfg.d_model) + pe)
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        # src (B, S) -> memory (B, S, D), src_keep (B, 1, 1, S)
+    def encode(self, src: Tensor, mask=None, positions=None) -> tuple[Tensor, Tensor]:
+        # src (B, S) -> memory (B, S, D), src_keep (B, 1, 1, S); mask and positions: those of
+        # packed rows, where src_keep is not the cross-attention mask (see `forward`)
         src_keep = (src != PAD)[:, None, None, :]
-        x = self.embed(self.src_embed, src)
+        x = self.embed(self.src_embed, src, positions=positions)
         for layer in self.encoder:
-            x = layer(x, src_keep)
+            x = layer(x, src_keep if mask is None else mask)
         return self.encoder_norm(x), src_keep
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, src_keep: Tensor) -> Tensor:
+    def decode(self, tgt_in, memory, src_keep, self_mask=None, positions=None) -> Tensor:
         # tgt_in (B, T), starting with BOS; padding only at the end, which the causal mask
-        # already hides from real positions -> logits (B, T, V)
-        x = self.embed(self.tgt_embed, tgt_in)
+        # already hides from real positions -> logits (B, T, V). src_keep: the cross-attention
+        # mask; self_mask and positions: those of packed rows
+        x = self.embed(self.tgt_embed, tgt_in, positions=positions)
         for layer in self.decoder:
-            x = layer(x, layer.cross_attn.memory_kv(memory), src_keep)
+            x = layer(x, layer.cross_attn.memory_kv(memory), src_keep, self_mask=self_mask)
         return self.out(self.decoder_norm(x))
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        # src (B, S), tgt_in (B, T) -> logits (B, T, V)
-        return self.decode(tgt_in, *self.encode(src))
+    def forward(self, src: Tensor, tgt_in: Tensor, packed: PackedBatch | None = None) -> Tensor:
+        # src (B, S), tgt_in (B, T) -> logits (B, T, V). With `packed` (tensors), the rows
+        # hold several sentences: attention stays inside each, positions restart at each.
+        if packed is None:
+            return self.decode(tgt_in, *self.encode(src))
+        flex = use_flex(src.device, self.training and self.cfg.attention_dropout > 0)
+        encoder, decoder, cross = document_masks(packed.src_doc, packed.tgt_doc, flex)
+        memory, _ = self.encode(src, encoder, packed.src_pos)
+        return self.decode(tgt_in, memory, cross, decoder, packed.tgt_pos)
 
     @torch.no_grad()
     def attention_weights(self, src: Tensor, tgt_in: Tensor) -> list[tuple[Tensor, Tensor]]:
@@ -326,6 +347,41 @@ class Transformer(nn.Module):
         if state.position is not None:
             state.position += 1
         return self.out(self.decoder_norm(x.squeeze(1)))
+
+
+def use_flex(device: torch.device, attention_dropout: bool) -> bool:
+    """Whether packed rows attend by FlexAttention: on CUDA (on a CPU it has no backward),
+    compiled (uncompiled it is a slow reference that materialises every score), and without
+    dropout on attention weights, which it cannot apply. Otherwise by bool masks, which SDPA's
+    kernels take."""
+    return device.type == "cuda" and torch.compiler.is_compiling() and not attention_dropout
+
+
+def document_masks(src_doc: Tensor, tgt_doc: Tensor, flex: bool):
+    """The encoder, decoder and cross-attention masks of packed rows, from the sentence of
+    every token in its row (src_doc (B, S), tgt_doc (B, T); -1 at padding): a token sees the
+    tokens of its own sentence, in the decoder those up to itself. Padding sees everything and
+    is seen by nothing: its outputs are discarded, and a query that sees nothing would make
+    a row of -inf scores, NaN after softmax. BlockMasks with `flex`, else bool (B, 1, Lq, Lk).
+    """
+
+    def rule(q_doc: Tensor, k_doc: Tensor, causal: bool):
+        def allowed(b, h, q, k):  # FlexAttention's mask_mod, and by broadcasting a bool mask
+            same = (q_doc[b, q] == k_doc[b, k]) | (q_doc[b, q] < 0)
+            return same & (q >= k) if causal else same
+
+        if flex:
+            lq, lk = q_doc.size(1), k_doc.size(1)
+            return create_block_mask(allowed, len(q_doc), None, lq, lk, device=q_doc.device)
+        b = torch.arange(len(q_doc), device=q_doc.device)[:, None, None]
+        q = torch.arange(q_doc.size(1), device=q_doc.device)[:, None]
+        return allowed(b, None, q, torch.arange(k_doc.size(1), device=q_doc.device)).unsqueeze(1)
+
+    return (
+        rule(src_doc, src_doc, False),
+        rule(tgt_doc, tgt_doc, True),
+        rule(tgt_doc, src_doc, False),
+    )
 
 
 @dataclass

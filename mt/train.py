@@ -29,6 +29,7 @@ from .errors import ConfigError, Unhealthy
 from .files import remove
 from .health import Checks, Vitals
 from .model import Transformer
+from .packing import row_length
 from .progress import Progress, say
 from .ranks import Agreement, Ranks, StopSignal
 from .schedule import Horizon, time_fitted, warmup_updates
@@ -49,6 +50,7 @@ class TrainState:
     vitals: Vitals = field(default_factory=Vitals)  # what the health checks judge
     rng: dict[str, Any] = field(default_factory=dict)  # generator states, one per rank
     world_size: int = 1  # processes that trained the run: an exact resume needs as many
+    pack_length: int = 0  # tokens a packed row of the run's batches (0: padded)
 
     @staticmethod
     def from_dict(saved: dict[str, Any]) -> TrainState:
@@ -159,6 +161,8 @@ class Trainer:
         elif self.main:  # a run started over: metrics of an earlier attempt are not its own
             metrics.forget_after(self.run_dir, 0)
         self._start_horizon()
+        if resume is None:  # decided once: a resume on another device keeps the run's batches
+            self.state.pack_length = row_length(config, self.device.type)
         self.batches = Batches(
             self.data.splits["train"],
             t.max_tokens,
@@ -167,6 +171,7 @@ class Trainer:
             self.ranks.rank,
             self.ranks.world,
             pin=self.device.type == "cuda",
+            pack_length=self.state.pack_length,
             resegment=dropout_epochs(self.data, config),  # None without BPE-dropout
         )
         self.updater.wrap()
@@ -236,8 +241,11 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train until a stopping rule fires; returns how it ended."""
-        if self.main:  # the run's first line, once it is sure to run
+        self.updater.rehearse(self.batches.peek(), packed=bool(self.batches.pack_length))
+        if self.main:  # the run's first lines, once it is sure to run
             say(f"precision: {self.updater.precision_why}")
+            if self.updater.compiled:
+                say(f"compiled the training step in {self.updater.rehearsal_s:.1f} s")
         with StopSignal() as stop:
             reason = self._loop(stop)
         self.batches.close()

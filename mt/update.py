@@ -15,7 +15,10 @@ from .config import TrainConfig
 from .device import autocast, precision_for
 from .loss import smoothed_loss
 from .model import PAD
+from .packing import PackedBatch, each
+from .progress import say
 from .ranks import Ranks
+from .warmup import compiles, rehearse
 
 
 @dataclass
@@ -26,7 +29,8 @@ class Update:
     nll: float
     tokens: int  # target tokens of this rank
     lr: float
-    grad_norm: float | None = None  # before clipping; measured where train.clip_norm is set
+    # before clipping, where train.clip_norm is set; on the device: reading it waits for the GPU
+    grad_norm: torch.Tensor | None = None
     overflow: bool = False  # fp16 gradients overflowed: the scaler skipped the update
     padded: int = 0  # PAD cells among the `cells` of sources and labels
     cells: int = 0
@@ -65,12 +69,34 @@ class Updater:
         fp16 = self.autocast == torch.float16
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
         self.net = model
+        self.step_forward = self.forward  # compiled by `rehearse` where that pays
+        self.rehearsal_s, self.compiled = 0.0, False
 
     def wrap(self) -> None:
         """Wrap the model once its weights are final (loaded, or as initialised)."""
         self.net = self.ranks.wrap(self.model)
-        if self.t.compile:
-            self.net = torch.compile(self.net)
+
+    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Loss and NLL sums of a batch on the device, in the run's precision: what
+        `rehearse` compiles, model and loss in one graph."""
+        packed = batch if isinstance(batch, PackedBatch) else None
+        with autocast(self.device, self.autocast):
+            logits = self.net(batch[0], batch[1], packed)
+            return smoothed_loss(logits, batch[2], self.t.label_smoothing)
+
+    def rehearse(self, batch: Batch, packed: bool) -> None:
+        """Before the first update, on its first batch: compile where that pays
+        (`warmup.compiles`) and, on a GPU, refuse a batch too big for it (`warmup.rehearse`)."""
+        compile = compiles(self.t.compile, self.device.type, packed)
+        if not compile and self.device.type != "cuda":
+            return
+        self.model.train()
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        moments = 0 if self.optimizer.state else 2 * weights  # AdamW's, at its first step
+        batch = each(lambda x: x.to(self.device), batch)
+        done = rehearse(self.forward, batch, self.model, compile, self.t.max_tokens, say, moments)
+        self.step_forward, self.rehearsal_s = done.forward, done.seconds
+        self.compiled = done.compiled
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict()}
@@ -82,17 +108,16 @@ class Updater:
     def __call__(self, batches: list[Batch], lr: float) -> Update:
         """One update at rate `lr` over `batches`; losses normalised by target tokens."""
         t, world = self.t, self.ranks.world
-        tokens = sum(int((tgt_out != PAD).sum()) for _, _, tgt_out in batches)
+        tokens = sum(int((batch[2] != PAD).sum()) for batch in batches)  # labels, on the host
         global_tokens = self.ranks.total([float(tokens)])[0]
         norm = global_tokens / world  # DDP averages gradients: this makes the per-token mean
         self.model.train()
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll
         for i, batch in enumerate(batches):
-            src, tgt_in, tgt_out = (x.to(self.device, non_blocking=True) for x in batch)
+            batch = each(lambda x: x.to(self.device, non_blocking=True), batch)
             skip_sync = i < len(batches) - 1 and hasattr(self.net, "no_sync")
             with self.net.no_sync() if skip_sync else nullcontext():
-                with autocast(self.device, self.autocast):
-                    loss, nll = smoothed_loss(self.net(src, tgt_in), tgt_out, t.label_smoothing)
+                loss, nll = self.step_forward(batch)
                 self.scaler.scale(loss / norm).backward()
             sums += torch.stack((loss.detach(), nll)).double()  # no host sync per batch
         loss_sum, nll_sum = self.ranks.total(sums.tolist())
@@ -105,13 +130,13 @@ class Updater:
         self.scaler.unscale_(self.optimizer)
         grad_norm = None
         if t.clip_norm:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm))
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
         scale = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         if self.scaler.get_scale() < scale:  # fp16 gradients overflowed: the scaler skipped
             return Update(loss, nll, tokens, lr, grad_norm, overflow=True)  # the step
-        padded = sum(int((s == PAD).sum() + (o == PAD).sum()) for s, _, o in batches)
-        cells = sum(s.numel() + o.numel() for s, _, o in batches)
+        padded = sum(int((b[0] == PAD).sum() + (b[2] == PAD).sum()) for b in batches)
+        cells = sum(b[0].numel() + b[2].numel() for b in batches)
         return Update(loss, nll, tokens, lr, grad_norm, False, padded, cells)

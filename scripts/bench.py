@@ -556,8 +556,47 @@ def render(results: dict) -> str:
     if "serve" in results:
         lines += render_serve(results["serve"])
     lines += peer_comparison(results)
-
+    lines += render_gpu()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def render_gpu() -> list[str]:
+    """Packed, compiled training (issue 18): what its CPU check measured, and the commands
+    whose figures wait for a GPU (make bench runs on this one, which has none)."""
+    return [
+        "## Training on a GPU: packed rows, compiled once",
+        "",
+        "Not measured yet: no GPU at hand. On one, with the Tatoeba files: `python "
+        "scripts/gpu_check.py --config base.yaml --steps 200 --set data.source=files --set "
+        "data.files.train=../shared/data/tatoeba_en_es.train.jsonl.gz --set "
+        "data.files.valid=../shared/data/tatoeba_en_es.valid.jsonl.gz --set "
+        "data.files.test=../shared/data/tatoeba_en_es.test.jsonl.gz` prints the steady target "
+        "tokens/s and MFU (the FLOP count of before, per sentence pair: no credit for padding), "
+        "the seconds compiling took, the seconds from the first update to steady speed, the "
+        "first 100 updates' speed against the steady one, host syncs per update and peak "
+        "memory. Add `--set train.max_tokens=N` (8192, 32768, 65536) and `--set "
+        "train.precision=fp32` for tokens/s and MFU against the batch and bf16 against fp32, "
+        "`--set train.pack=false` for padded batches; `python scripts/bench_train_speed.py "
+        "--device cuda` for ours against torch.nn.Transformer.",
+        "",
+        "What the CPU checked of the change (padded batches and no compiling, as `auto` keeps "
+        "them on a CPU): training computes bitwise what it did (the weights of a 60-update tiny "
+        "run are equal before and after), and as fast. Before (main at c2a551f, loaded as a "
+        "second package) and after, our model and loss trained on the same Tatoeba batches of "
+        "the CPU recipe (2048 tokens), alternating batch by batch in one process, the order "
+        "reversed every batch (the loop of `scripts/bench_train_speed.py`), 30 updates each, "
+        "2 threads, on a 2-core Intel Xeon (avx2 avx512f avx512_bf16 avx512_fp16 amx_tile "
+        "amx_bf16) shared with five other jobs (load ~10: speeds a tenth of the table above), "
+        "2026-11-23. Timed alone the same way, 40 times each, bf16's forward and backward "
+        "passes took 242 ms after against 241 before (1.00) and its loss 137 against 139 ms: "
+        "the gap in the table is the noise of the loaded machine.",
+        "",
+        "| precision | before, tokens/s | after | after / before |",
+        "|---|---:|---:|---:|",
+        "| float32 | 190 | 191 | 1.01 |",
+        "| bf16 | 194 | 182 | 0.94 |",
+        "",
+    ]
 
 
 # The better of two peer toolkits, trained with the same shape, data, 8k joint vocabulary and

@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -40,3 +41,26 @@ def test_peak_of_known_gpus():
     assert gpu_check.peak_flops("NVIDIA H100 PCIe") == 756e12
     assert gpu_check.peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert gpu_check.peak_flops("Some Future GPU") is None
+
+
+def test_pairs_of_a_packed_batch_are_counted_as_padded_ones_are():
+    from test_packing import batches, corpus
+
+    from mt.data import collate
+
+    split = corpus()
+    packed = batches(split)
+    src, tgt = (np.concatenate(x) for x in zip(*map(gpu_check.pair_lengths, packed)))
+    padded = gpu_check.pair_lengths(collate(split, np.arange(len(split))))
+    assert sorted(zip(src, tgt)) == sorted(zip(*padded))  # every pair once, as long
+
+
+def test_steady_speed_and_the_time_to_reach_it():
+    # 30 updates of 1,000 tokens: the first 5 take 1 s each (warming up), then 0.1 s each
+    ends = np.cumsum([1.0] * 5 + [0.1] * 25)
+    figures = gpu_check.speed(0.0, ends, [1000] * 30, [1e9] * 30)
+    assert figures["tokens_per_s"] == pytest.approx(10_000)  # after the 10 warm-up updates
+    assert figures["flops_per_s"] == pytest.approx(1e10)
+    # updates 5..14 are the first window at 90% of steady (4..13 took 1.9 s): reached at 14
+    assert figures["to_steady_s"] == pytest.approx(ends[14])
+    assert figures["first_100"] == pytest.approx(30_000 / ends[-1] / 10_000)

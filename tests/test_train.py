@@ -135,8 +135,13 @@ def test_run_folder_has_config_tokenizer_metrics_checkpoints(corpus_file, tmp_pa
     assert state["state"]["step"] == 4
 
 
-def test_resume_gives_the_same_weights_as_an_uninterrupted_run(corpus_file, tmp_path):
-    common = ("train.eval_every=3", "train.save_every=100", "train.log_every=1")
+# packed: 3 rows of 80 tokens a batch (the default row, 128, is more than tiny's batch)
+PACKED = ("train.pack=true", "train.pack_length=80", "train.max_tokens=240")
+
+
+@pytest.mark.parametrize("layout", [(), PACKED], ids=["padded", "packed"])
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(corpus_file, tmp_path, layout):
+    common = ("train.eval_every=3", "train.save_every=100", "train.log_every=1", *layout)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(tiny_config(corpus_file, straight, "train.max_steps=8", *common))
     train(tiny_config(corpus_file, resumed, "train.max_steps=5", *common))
@@ -159,6 +164,40 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(corpus_file, tmp_
         for run in (straight, resumed)
     ]
     assert curves[0] == curves[1] and len(curves[0]) == 10
+
+
+def test_a_resumed_run_keeps_the_batches_it_was_trained_on(corpus_file, tmp_path, monkeypatch):
+    """Packed by `train.pack: auto` on CUDA, resumed on a CPU (where auto pads): still packed."""
+    import mt.train
+
+    run, args = tmp_path / "run", ("train.max_steps=2", "train.max_tokens=240")
+    with monkeypatch.context() as cuda:
+        cuda.setattr(mt.train, "row_length", lambda config, device_type: 80)
+        train(tiny_config(corpus_file, run, *args))
+    assert Trainer(tiny_config(corpus_file, run, *args)).batches.pack_length == 80
+
+
+def test_a_packed_run_compiles_its_step_once_or_trains_uncompiled(
+    corpus_file, tmp_path, monkeypatch, capsys
+):
+    """Compiled (by a backend that counts graphs), every packed batch of a run is one graph;
+    a compiler that fails leaves one warning and a run that trains on, uncompiled."""
+    from torch._dynamo.testing import CompileCounter
+
+    def broken(gm, inputs):
+        raise RuntimeError("no C++ compiler here")
+
+    compile_, counter = torch.compile, CompileCounter()
+    args = ("train.max_steps=6", "train.eval_every=3", "train.compile=true", *PACKED)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend=counter, **kw))
+    assert train(tiny_config(corpus_file, tmp_path / "counted", *args))["step"] == 6
+    assert counter.frame_count == 1  # 6 updates over 3 epochs, validations between them
+    assert "compiled the training step in" in capsys.readouterr().err
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend=broken, **kw))
+    assert train(tiny_config(corpus_file, tmp_path / "broken", *args))["step"] == 6
+    err = capsys.readouterr().err
+    assert err.count("warning: compiling the training step failed") == 1
+    assert "no C++ compiler here" in err and "compiled the training step in" not in err
 
 
 def test_same_seed_same_metrics(corpus_file, tmp_path):
