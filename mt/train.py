@@ -15,84 +15,26 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import checkpoint, finetune, health, metrics
-from .batches import Batch, Batches, Position
+from .batches import Batch, Batches
 from .config import EOS, Config, TrainConfig, check_training_stops, one_line
 from .data import dropout_epochs, inputs_of, prepare
 from .errors import ConfigError, Unhealthy
 from .files import remove
-from .health import Checks, Vitals
+from .health import Checks
 from .model import Transformer
 from .packing import row_length
 from .progress import Progress, say
 from .ranks import Agreement, Ranks, StopSignal
-from .schedule import Horizon, time_fitted, warmup_updates
+from .schedule import time_fitted, warmup_updates
+from .state import Pace, TrainState
 from .update import Update, Updater
 from .validate import validate
-
-
-@dataclass
-class TrainState:
-    """Everything besides the weights that an exact resume needs."""
-
-    step: int = 0  # optimiser updates done
-    position: Position = field(default_factory=Position)  # of this rank's batches
-    best_bleu: float = -1.0
-    bad_evals: int = 0  # validations since the best one
-    elapsed: float = 0.0  # training seconds over all sessions of this run
-    horizon: Horizon = field(default_factory=Horizon)
-    vitals: Vitals = field(default_factory=Vitals)  # what the health checks judge
-    rng: dict[str, Any] = field(default_factory=dict)  # generator states, one per rank
-    world_size: int = 1  # processes that trained the run: an exact resume needs as many
-    pack_length: int = 0  # tokens a packed row of the run's batches (0: padded)
-
-    @staticmethod
-    def from_dict(saved: dict[str, Any]) -> TrainState:
-        s = dict(saved)
-        if not isinstance(s.get("horizon", 0), dict):  # saved before the records: flat
-            s["position"] = {key: s.pop(key, 0) for key in ("epoch", "batch")}
-            costs = ("update_times", "validate_s", "save_s", "fitted_at")
-            s["horizon"] = {"at": s.pop("horizon", 0), **{k: s.pop(k) for k in costs if k in s}}
-            s.pop("target_tokens", None)
-        if isinstance(s["rng"]["cpu"], torch.Tensor):  # saved by mt 0.1: one process
-            s["rng"] = {key: [value] for key, value in s["rng"].items()}
-        s["position"], s["horizon"] = Position(**s["position"]), Horizon(**s["horizon"])
-        s["vitals"] = Vitals(**s.get("vitals", {}))
-        return TrainState(**s)
-
-
-class Pace:
-    """The clock of a session: counts training time into `state.elapsed` across sessions
-    and measures what an update, a validation, a save costs."""
-
-    def __init__(self, clock: Callable[[], float], state: TrainState) -> None:
-        self.clock, self.state = clock, state
-        self.last = clock()
-        self.updates = 0  # in this session
-
-    def lap(self) -> float:
-        """Seconds since the last reading, added to the run's training time."""
-        now = self.clock()
-        seconds, self.last = now - self.last, now
-        self.state.elapsed += seconds
-        return seconds
-
-    def updated(self) -> float:
-        seconds = self.lap()
-        self.updates += 1
-        self.state.horizon.timed_update(seconds)
-        return seconds
-
-    def timed(self, work: Callable[[], Any]) -> tuple[Any, float]:
-        """What `work` returns, and the seconds it took."""
-        self.lap()
-        return work(), self.lap()
 
 
 def stop_reason(
@@ -138,11 +80,7 @@ class Trainer:
         self.device, self.main = self.ranks.device, self.ranks.main
         resume = self._resume_point(restart)
         init = finetune.init_file(config) if resume is None else None  # checked before writing
-        if self.main:  # rank 0 builds (or reuses) the cache first; the others then read it
-            self.data = prepare(config)
-        self.ranks.barrier()
-        if not self.main:
-            self.data = prepare(config, write=False)
+        self._prepare_data()
         torch.manual_seed(config.run.seed)
         self.model = Transformer(
             config.model,
@@ -163,20 +101,31 @@ class Trainer:
         self._start_horizon()
         if resume is None:  # decided once: a resume on another device keeps the run's batches
             self.state.pack_length = row_length(config, self.device.type)
-        self.batches = Batches(
+        self.batches = self._batches()
+        self.updater.wrap()
+        # called after every update with its result and batches (timing, counting, checks)
+        self.on_update: list[Callable[[Update, list[Batch]], None]] = []
+
+    def _prepare_data(self) -> None:
+        """Rank 0 builds (or reuses) the data cache first; the others then read it."""
+        if self.main:
+            self.data = prepare(self.config)
+        self.ranks.barrier()
+        if not self.main:
+            self.data = prepare(self.config, write=False)
+
+    def _batches(self) -> Batches:
+        return Batches(
             self.data.splits["train"],
-            t.max_tokens,
-            config.run.seed,
+            self.config.train.max_tokens,
+            self.config.run.seed,
             self.state.position,
             self.ranks.rank,
             self.ranks.world,
             pin=self.device.type == "cuda",
             pack_length=self.state.pack_length,
-            resegment=dropout_epochs(self.data, config),  # None without BPE-dropout
+            resegment=dropout_epochs(self.data, self.config),  # None without BPE-dropout
         )
-        self.updater.wrap()
-        # called after every update with its result and batches (timing, counting, checks)
-        self.on_update: list[Callable[[Update, list[Batch]], None]] = []
 
     def _start_horizon(self) -> None:
         """Refuse a spent budget; set the horizon of this session (see `Horizon.start`)."""

@@ -375,7 +375,8 @@ def test_max_epochs_ends_with_the_last_batch_of_the_epoch(corpus_file, tmp_path)
 
 def test_stop_reason_has_one_fixed_priority():
     from mt.config import TrainConfig
-    from mt.train import TrainState, stop_reason
+    from mt.state import TrainState
+    from mt.train import stop_reason
 
     t = TrainConfig(max_steps=5, max_minutes=1, patience=2)
     state = TrainState(step=5)
@@ -465,7 +466,7 @@ def test_training_without_any_limit_is_refused_before_anything_is_written(corpus
 
 
 def test_a_trainer_state_saved_before_the_typed_records_still_loads():
-    from mt.train import TrainState
+    from mt.state import TrainState
 
     old = {"step": 9, "epoch": 2, "batch": 3, "horizon": 40, "update_times": [1.0, 2.0],
            "validate_s": 4.0, "save_s": 5.0, "fitted_at": 6.0, "target_tokens": 99,
