@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HELD_OUT, PAIRS, write_jsonl
+from conftest import PAIRS, write_jsonl
+from test_train import tiny_config
 
 from mt import checkpoint
 from mt.config import load_config
@@ -23,28 +24,12 @@ from mt.translate import source_ids, translate_ids
 NEW_PAIRS = [(f"I have {n} red cats.", f"Tengo {n} gatos rojos.") for n in range(40)]
 
 
-def config_for(corpus: Path, run_dir: Path, *overrides: str):
-    return load_config(
-        "tiny.yaml",
-        [
-            f"data.files.train={corpus}",
-            f"run.dir={run_dir}",
-            f"data.valid_size={HELD_OUT}",
-            f"data.test_size={HELD_OUT}",
-            "train.max_tokens=200",
-            "train.eval_sentences=4",
-            "train.eval_examples=0",
-            *overrides,
-        ],
-    )
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """A tiny model trained 20 updates on the shared corpus."""
     folder = tmp_path_factory.mktemp("old")
     run = folder / "run"
-    train(config_for(write_jsonl(folder / "old.jsonl", PAIRS), run))
+    train(tiny_config(write_jsonl(folder / "old.jsonl", PAIRS), run))
     return run
 
 
@@ -56,7 +41,7 @@ def test_finetuning_starts_from_the_checkpoint_learns_the_new_data_and_freezes(t
     new = write_jsonl(tmp_path / "new.jsonl", NEW_PAIRS)
     run = tmp_path / "ft"
     trainer = Trainer(
-        config_for(new, run, f"train.init={trained}", "train.freeze=encoder", "train.log_every=1")
+        tiny_config(new, run, f"train.init={trained}", "train.freeze=encoder", "train.log_every=1")
     )
     start = weights(trained)
     assert all(torch.equal(v, start[k]) for k, v in trainer.model.state_dict().items())
@@ -80,8 +65,10 @@ def test_finetuning_starts_from_the_checkpoint_learns_the_new_data_and_freezes(t
 
 def test_old_share_mixes_in_the_old_corpus(trained, tmp_path):
     new = write_jsonl(tmp_path / "new.jsonl", NEW_PAIRS)
-    alone = prepare(config_for(new, tmp_path / "a", f"train.init={trained}"))
-    mixed = prepare(config_for(new, tmp_path / "b", f"train.init={trained}", "train.old_share=0.5"))
+    alone = prepare(tiny_config(new, tmp_path / "a", f"train.init={trained}"))
+    mixed = prepare(
+        tiny_config(new, tmp_path / "b", f"train.init={trained}", "train.old_share=0.5")
+    )
     assert len(mixed.splits["train"]) == 2 * len(alone.splits["train"])
     assert mixed.splits["valid"].src_text == alone.splits["valid"].src_text
 
@@ -156,7 +143,7 @@ def test_a_run_saved_before_these_keys_existed_still_resumes(trained, tmp_path):
         del config[section][key]
     checkpoint.save_weights(file, state, dict(meta, config=json.dumps(config)))
     old_corpus = load_config(run / "config.yaml").data.files.train[0]
-    result = train(config_for(Path(old_corpus), run, "train.max_steps=22"))
+    result = train(tiny_config(Path(old_corpus), run, "train.max_steps=22"))
     assert result["step"] == 22  # resumed at 20, not refused for keys it never had
 
 
