@@ -49,10 +49,11 @@ class Batches:
         pack_length: int = 0,  # tokens a packed row (`packing.row_length`); 0: padded
         resegment: Callable[[int], Split] | None = None,  # epoch -> its split (BPE-dropout)
     ) -> None:
-        self.split, self.max_tokens, self.seed, self.position = split, max_tokens, seed, position
+        self.max_tokens, self.seed, self.position = max_tokens, seed, position
         self.rank, self.world, self.pin, self.resegment = rank, world, pin, resegment
         self.pack_length, self.rows = pack_length, max_tokens // max(pack_length, 1)
         self._epoch: tuple[int, Any, list[np.ndarray]] = (-1, None, [])
+        self._fixed = None if resegment else self._gathered(split)  # the same every epoch
         self._pool = ThreadPoolExecutor(1, "batches") if prefetch else None
         self._ahead: tuple[tuple[int, int], Future[Batch]] | None = None
 
@@ -66,14 +67,10 @@ class Batches:
         BPE-dropout; flat arrays when packed) and this rank's batches of it."""
         cached = self._epoch  # one read: the prefetch thread may replace it meanwhile
         if cached[0] != epoch:
-            split = self.resegment(epoch) if self.resegment else self.split
-            sides = split.src, split.tgt
-            lengths = (np.fromiter(map(len, side), np.int64, len(split)) for side in sides)
-            if self.pack_length:  # packed batches gather from flat arrays
-                source = tuple(Flat.of(side) for side in sides)
+            source, lengths = self._fixed or self._gathered(self.resegment(epoch))
+            if self.pack_length:
                 batches = pack_rows(*lengths, self.pack_length, self.rows, self.seed, epoch)
             else:
-                source = split
                 batches = token_batches(*lengths, self.max_tokens, self.seed, epoch)
             per_rank = len(batches) // self.world
             if per_rank == 0:
@@ -84,6 +81,12 @@ class Batches:
             mine = batches[self.rank * per_rank : (self.rank + 1) * per_rank]
             self._epoch = cached = (epoch, source, mine)
         return cached
+
+    def _gathered(self, split: Split) -> tuple[Any, tuple[np.ndarray, np.ndarray]]:
+        """What batches of `split` gather from (flat arrays when packed), and its lengths."""
+        sides = split.src, split.tgt
+        lengths = tuple(np.fromiter(map(len, side), np.int64, len(split)) for side in sides)
+        return (tuple(map(Flat.of, sides)) if self.pack_length else split), lengths
 
     def __iter__(self) -> Batches:
         return self
