@@ -171,7 +171,7 @@ class Graphs:
     def _follow(self, model: Transformer, device: torch.device) -> None:
         # graphs read the model's tensors where they were at capture, and the cast weights
         tensors = tuple(t.data_ptr() for t in chain(model.parameters(), model.buffers()))
-        on = torch.is_autocast_enabled(device.type)
+        on = torch.amp.is_autocast_available(device.type) and torch.is_autocast_enabled(device.type)
         dtype = torch.get_autocast_dtype(device.type) if on else None
         if tensors != self.tensors or dtype != self.dtype:
             self.shapes.clear()
