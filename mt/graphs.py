@@ -1,10 +1,11 @@
 """The decode step on a GPU as CUDA graphs, and the net under them.
 
 Each model that decodes through graphs has a `Graphs` (`graphs_for`): static decoder states
-whose buffers are shaped by bucket (sources, source length, positions: `model.bucket`) and
-reused by every batch of that bucket, the step recorded once per bucket and cache read length
-and replayed, and under autocast low-precision copies of the step's weights made once (and
-refreshed in place when training changes the weights) rather than cast at every replay.
+whose buffers are shaped by bucket (sources, source length, positions: `bucket`) and reused by
+every batch of that bucket, the step recorded once per bucket and cache read length (a power
+of 2, `DecoderState.read_length`) and replayed, and under autocast low-precision copies of the
+step's weights made once (and refreshed in place when training changes the weights) rather than
+cast at every replay.
 
 The net: the first batch a model decodes through graphs is decoded by eager steps too, on the
 same buffers, and must give the same tokens; a capture that fails or other tokens send that
@@ -27,15 +28,25 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from .model import BOS, DecoderState, Transformer, bucket
+from .model import BOS, DecoderState, Transformer
 
-SHAPES = 2  # shapes whose buffers and graphs are kept: each takes about a batch's memory
+# shapes whose buffers and graphs are kept, the least recently used dropped: each takes about
+# a batch's memory, and a validation inside training or a test set sorted by length meets a few
+SHAPES = 3
 
 Step = Callable[[Tensor], Tensor]  # tokens (R,) -> logits (R, V)
 Run = Callable[[], Tensor]
 # record(run, pool) -> (replay, the tensor replays write, the pool for the next capture)
 Record = Callable[[Run, Any], tuple[Callable[[], None], Tensor, Any]]
 T = TypeVar("T")
+
+
+def bucket(n: int, least: int = 1) -> int:
+    """The smallest size of the form 2^k or 3 * 2^(k-1), at least n and `least`: sizes
+    rounded up by at most a half, so that a few shapes (of CUDA graphs) serve them all."""
+    n = max(n, least)
+    power = 1 << (n - 1).bit_length()  # the least power of 2 >= n
+    return power * 3 // 4 if power >= 4 and power * 3 // 4 >= n else power
 
 
 class GraphError(RuntimeError):
@@ -101,8 +112,9 @@ def _version(tensor: Tensor) -> int:
 
 
 class Graphs:
-    """The static decoding buffers and CUDA graphs of one model, by shape. `record` captures
-    a graph (`cuda_graph`; tests give a stand-in that records and replays on the CPU)."""
+    """The static decoding buffers and CUDA graphs of one model, by shape; one decoding at
+    a time (`mt serve` decodes in one thread). `record` captures a graph (`cuda_graph`; tests
+    give a stand-in that records and replays on the CPU)."""
 
     def __init__(self, record: Record = cuda_graph):
         self.record = record
@@ -112,6 +124,7 @@ class Graphs:
         self.versions: list[int] = []  # of the weights they were cast from
         self.tensors: tuple[int, ...] = ()  # where the model's tensors were: graphs read there
         self.checked = self.failed = False
+        self.captures = 0  # graphs captured so far, for benchmarks
 
     def start(
         self,
@@ -229,6 +242,7 @@ class Graphs:
             raise GraphError(f"{type(error).__name__}: {error}") from error
         shape.state.position.copy_(position)  # the warm-up took this step: the replay retakes it
         shape.graphs[shape.state.read_length()] = replay, logits
+        self.captures += 1
         return replay, logits
 
 

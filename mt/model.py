@@ -24,7 +24,7 @@ from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex
 from mt.config import BOS, EOS, PAD, UNK, ModelConfig
 from mt.packing import PackedBatch
 
-__all__ = ["BOS", "EOS", "PAD", "UNK", "DecoderState", "Transformer", "bucket", "max_length"]
+__all__ = ["BOS", "EOS", "PAD", "UNK", "DecoderState", "Transformer", "max_length"]
 
 
 def max_length(cfg: ModelConfig) -> int:
@@ -436,9 +436,9 @@ class DecoderState:
 
     def read_length(self) -> int:
         """The positions a step of a static cache reads: those so far and this one, rounded up
-        to a bucket so that few shapes (CUDA graphs) serve all steps; those after are masked.
-        """
-        return min(len(self.self_kv), bucket(self.step + 1, least=16))
+        to a power of 2 (at least 16) so that few shapes (CUDA graphs) serve all steps; those
+        after this one are masked."""
+        return min(len(self.self_kv), max(16, 1 << self.step.bit_length()))
 
     def load(self, memory_kv: Tensor, src_keep: Tensor) -> None:
         """A static state of at least these sizes, restarted on other sources: memory_kv
@@ -454,11 +454,3 @@ class DecoderState:
         self.self_kv.zero_()  # masked positions get no weight, but NaN times 0 is NaN
         self.position.zero_()
         self.step = 0
-
-
-def bucket(n: int, least: int = 1) -> int:
-    """The smallest size of the form 2^k or 3 * 2^(k-1), at least n and `least`: sizes
-    rounded up by at most a half, so that a few shapes (of CUDA graphs) serve them all."""
-    n = max(n, least)
-    power = 1 << (n - 1).bit_length()  # the least power of 2 >= n
-    return power * 3 // 4 if power >= 4 and power * 3 // 4 >= n else power

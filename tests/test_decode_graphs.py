@@ -15,8 +15,8 @@ from torch.utils._pytree import tree_leaves, tree_map
 import mt.translate
 from mt.config import DecodeConfig
 from mt.decode import Plan, beam_search, greedy, max_output_lengths
-from mt.graphs import GRAPHS, Graphs, out_of_memory_in
-from mt.model import PAD, bucket
+from mt.graphs import GRAPHS, Graphs, bucket, out_of_memory_in
+from mt.model import PAD
 from mt.translate import translate_ids
 
 GRAPH = Plan(check_every=8, static=True, buckets=True, graph=True)  # plan_for's on CUDA
@@ -121,7 +121,7 @@ def test_the_step_meets_capture_preconditions_and_reads_by_length_bucket(monkeyp
                 for _ in range(40):
                     logits = step(torch.full((18,), 2, device="meta"))
             assert mode.count == 0 and logits.shape == (18, model.out.out_features)
-            assert reads == [16] * 16 + [24] * 8 + [32] * 8 + [min(48, len(state.self_kv))] * 8
+            assert reads == [16] * 16 + [32] * 16 + [min(64, len(state.self_kv))] * 8
 
 
 @pytest.mark.parametrize("which", ["random", "trained"])
