@@ -239,7 +239,10 @@ class Graphs:
         except torch.OutOfMemoryError:
             raise
         except Exception as error:
-            raise GraphError(f"{type(error).__name__}: {error}") from error
+            first = error  # what failed in the capture, before the capture's end failed
+            while first.__context__ is not None:
+                first = first.__context__
+            raise GraphError(f"{type(first).__name__}: {first}") from error
         shape.state.position.copy_(position)  # the warm-up took this step: the replay retakes it
         shape.graphs[shape.state.read_length()] = replay, logits
         self.captures += 1

@@ -5,6 +5,9 @@ operations and replays them, gives the eager plan's results and captures once pe
 bf16 weights are cast once and follow the model's; the net: a capture that fails, replays
 that give other tokens, an out-of-memory error in a capture."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 from test_decode import HostSyncs, mixed_batch, random_model, trained
@@ -183,14 +186,18 @@ def test_a_failed_capture_falls_back_to_eager_steps_with_one_warning(capsys):
 
     def failing(run, pool):
         calls.append(1)
-        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        try:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        finally:  # as torch.cuda.graph's exit ends a capture that an error broke
+            raise RuntimeError("CUDA error: operation failed due to a previous error")
 
     use_graphs(model, failing)
     cfg = DecodeConfig(beam=3, nbest=2)
     for _ in range(2):
         assert tokens(beam_search(model, src, cfg, GRAPH)) == tokens(beam_search(model, src, cfg))
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "a capture failed (RuntimeError: CUDA error" in err
+    assert err.count("\n") == 1 and "a capture failed (RuntimeError: CUDA error: operation " in err
+    assert "not permitted when stream is capturing" in err  # the first error, not the last
     assert len(calls) == 1  # not tried again
 
 
@@ -245,3 +252,19 @@ def test_plans_that_cannot_be_are_refused():
         Plan(static=True, graph=True)
     with pytest.raises(ValueError, match="graph needs buckets"):
         Plan(buckets=True)
+
+
+def test_graphs_follow_the_model_to_new_memory_and_go_with_it():
+    model, src = random_model(), mixed_batch()
+    fake = use_graphs(model, FakeGraphs())
+    limits = max_output_lengths(src, 1.5, 10)
+    expected = greedy(model, src, limits)
+    assert greedy(model, src, limits, GRAPH) == expected
+    captures = fake.captures
+    model.double().float()  # every tensor in new memory, where old graphs do not read
+    assert greedy(model, src, limits, GRAPH) == expected
+    assert fake.captures == 2 * captures
+    held, count = weakref.ref(model), len(GRAPHS)
+    del model
+    gc.collect()
+    assert held() is None and len(GRAPHS) == count - 1  # its graphs did not keep it alive
