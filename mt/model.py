@@ -134,7 +134,7 @@ class SelfAttention(Attention):
         # bucket have the same shapes (and can be one CUDA graph)
         cache.index_copy_(0, step, kv.unsqueeze(0))
         k, v = cache.permute(1, 2, 3, 0, 4)
-        seen = torch.arange(len(cache), device=step.device).unsqueeze(0) <= step  # (1, max_len)
+        seen = torch.arange(len(cache), device=step.device).unsqueeze(0) <= step  # (1, read)
         return self.attend(q, k, v, seen)
 
 
