@@ -1,7 +1,7 @@
 """Greedy and beam search on the incremental decoder (`Transformer.decode_step`).
 
 Both decode a whole batch at once; how the loop meets the device (how often the host looks,
-whether done sentences' rows leave the cache, a static cache, a CUDA graph) is a `Plan`. A
+whether done sentences' rows leave the cache, a static cache, CUDA graphs) is a `Plan`. A
 sentence's output has at most `max_len` tokens before EOS, which is then forced;
 `max_output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
 Put the model in eval mode first.
@@ -9,13 +9,18 @@ Put the model in eval mode first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from mt.config import DecodeConfig
+from mt.graphs import Step, graphs_for
 from mt.model import BOS, EOS, PAD, DecoderState, Transformer, max_length
+
+T = TypeVar("T")
 
 NEG_INF = float("-inf")
 
@@ -62,70 +67,64 @@ class Plan:
     `check_every` steps: to stop once every sentence is done and, unless `static`, to drop
     the done sentences' rows. Between looks nothing waits for the device (the finished
     hypotheses are kept there) and done sentences' rows are computed and ignored.
-    `static`: a static cache (`start_decoding`), all rows kept, so that each step has one
-    shape; `graph`: that step recorded once as a CUDA graph and replayed."""
+    `static`: a static cache (`start_decoding`), all rows kept, so that the steps of a cache
+    read length have one shape; `buckets`: that cache in buffers of the model's `Graphs`,
+    shaped by bucket and reused by later batches; `graph`: each step of those recorded once
+    as a CUDA graph and replayed, the first batch checked against eager steps (mt.graphs)."""
 
     check_every: int = 1
     static: bool = False
+    buckets: bool = False
     graph: bool = False
+
+    def __post_init__(self):
+        if (self.graph and not self.buckets) or (self.buckets and not self.static):
+            raise ValueError(f"graph needs buckets, and buckets a static cache: {self}")
 
 
 def plan_for(device: torch.device) -> Plan:
     """On a CPU the host looks at every step for free, and fewer rows are less work: look
     and drop rows each step. On a GPU a round trip stalls the device and a step is a few
-    hundred small kernels: look every 8 steps, one shape, one CUDA graph."""
+    hundred small kernels: look every 8 steps, one shape, CUDA graphs kept by bucket."""
     if device.type == "cpu":
         return Plan()
-    return Plan(check_every=8, static=True, graph=device.type == "cuda")
+    cuda = device.type == "cuda"
+    return Plan(check_every=8, static=True, buckets=cuda, graph=cuda)
 
 
-def _stepper(model: Transformer, state: DecoderState, rows: int, graph: bool):
-    """model.decode_step on `state` as a function of the tokens (rows,) -> logits (rows, V).
-    With `graph` (a static state on a GPU) the step is recorded once as a CUDA graph and
-    replayed: one launch, and the logits it returns are overwritten by the next step."""
-    if not graph:
-        return lambda tokens: model.decode_step(tokens, state)
-    device = state.self_kv.device
-    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else None
-    tokens = torch.full((rows,), BOS, device=device)
-
-    def run() -> Tensor:  # autocast's cache of cast weights would be freed under the graph
-        if dtype is None:
-            return model.decode_step(tokens, state)
-        with torch.autocast("cuda", dtype, cache_enabled=False):
-            return model.decode_step(tokens, state)
-
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):  # a warm-up before recording, as torch.cuda.graph asks
-        run()
-    torch.cuda.current_stream(device).wait_stream(side)
-    recorded = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(recorded, capture_error_mode="thread_local"):  # loader threads: theirs
-        logits = run()
-    state.step -= 2  # the warm-up's and the recording's (which ran no kernel)
-    state.position -= 1  # the warm-up's: step 0 overwrites what it cached
-
-    def step(new: Tensor) -> Tensor:
-        tokens.copy_(new)
-        recorded.replay()
-        state.step += 1
-        return logits
-
-    return step
+def _start(
+    model: Transformer, memory: Tensor, src_keep: Tensor, steps: int, beam: int, plan: Plan
+) -> tuple[DecoderState, Step]:
+    # the decoder state for `steps` positions and `beam` rows per source, and its step
+    if plan.buckets:
+        return graphs_for(model).start(model, memory, src_keep, steps, beam, plan.graph)
+    state = model.start_decoding(memory, src_keep, steps, beam, static=plan.static)
+    return state, lambda tokens: model.decode_step(tokens, state)
 
 
-@torch.no_grad()
+def _guarded(
+    model: Transformer, plan: Plan, search: Callable[[Plan], T], tokens: Callable[[T], Any]
+) -> T:
+    # through graphs, under their net (Graphs.guard), when the plan says so
+    if not plan.graph:
+        return search(plan)
+    return graphs_for(model).guard(lambda graph: search(replace(plan, graph=graph)), tokens)
+
+
+@torch.inference_mode()
 def greedy(
     model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan = Plan()
 ) -> list[list[int]]:
     """The most probable token at each step. src (B, S); max_len an int or a (B,) tensor
     such as max_output_lengths(src, a, b) -> per sentence, its tokens without BOS and EOS."""
+    return _guarded(model, plan, lambda p: _greedy(model, src, max_len, p), lambda x: x)
+
+
+def _greedy(model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan) -> list[list[int]]:
     limit = _limits(model, src, max_len)  # (B,)
     steps = int(limit.max()) + 1  # the last one can only give EOS
     first_limit = int(limit.min())  # no row has to give EOS before this step
-    state = model.start_decoding(*model.encode(src), steps, static=plan.static)
-    decode_step = _stepper(model, state, src.size(0), plan.graph)
+    state, decode_step = _start(model, *model.encode(src), steps, 1, plan)
     out = src.new_full((src.size(0), steps), EOS)
     rows = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each row
     tokens = src.new_full(rows.shape, BOS)
@@ -146,7 +145,7 @@ def greedy(
     return [seq[: seq.index(EOS)] for seq in out.tolist()]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model: Transformer, src: Tensor, cfg: DecodeConfig, plan: Plan = Plan()
 ) -> list[list[Hypothesis]]:
@@ -160,14 +159,23 @@ def beam_search(
     the k best others live on. A sentence is done when no live hypothesis can still beat its
     nbest-th finished one; its rows then leave the cache (as `plan` says).
     """
+    return _guarded(
+        model,
+        plan,
+        lambda p: _beam_search(model, src, cfg, p),
+        lambda found: [[h.tokens for h in hyps] for hyps in found],
+    )
+
+
+def _beam_search(
+    model: Transformer, src: Tensor, cfg: DecodeConfig, plan: Plan
+) -> list[list[Hypothesis]]:
     beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
     n_src, device = src.size(0), src.device
     limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b))  # (B,)
     steps = int(limit.max()) + 1
     first_limit = int(limit.min())
-    memory, src_keep = model.encode(src)
-    state = model.start_decoding(memory, src_keep, steps, beam, static=plan.static)
-    decode_step = _stepper(model, state, n_src * beam, plan.graph)
+    state, decode_step = _start(model, *model.encode(src), steps, beam, plan)
     # the nbest best finished hypotheses of each sentence so far
     fin_score = torch.full((n_src, nbest), NEG_INF, device=device)
     fin_logprob = torch.full((n_src, nbest), NEG_INF, device=device)

@@ -129,11 +129,12 @@ class SelfAttention(Attention):
             cache[step] = kv
             k, v = cache[: step + 1].permute(1, 2, 3, 0, 4)  # the positions so far: no mask
             return self.attend(q, k, v)
-        # a static cache: step (1,) on the device, every position read and those after it
-        # masked, so that each step has the same shapes (and can be a CUDA graph)
+        # a static cache: step (1,) on the device, the positions of a length bucket read
+        # (DecoderState.read_length) and those after step masked, so that the steps of a
+        # bucket have the same shapes (and can be one CUDA graph)
         cache.index_copy_(0, step, kv.unsqueeze(0))
         k, v = cache.permute(1, 2, 3, 0, 4)
-        seen = torch.arange(len(cache), device=step.device).unsqueeze(0) <= step  # (1, max_len)
+        seen = torch.arange(len(cache), device=step.device).unsqueeze(0) <= step  # (1, read)
         return self.attend(q, k, v, seen)
 
 
@@ -321,9 +322,9 @@ class Transformer(nn.Module):
     ) -> DecoderState:
         """The cache for decoding up to `max_len` positions (BOS included) one at a time,
         `rows_per_source` rows (beams) per source sentence, rows of a source together.
-        `static`: every step reads the whole cache, masked, and the step count lives on the
-        device, so that all steps have one shape and no step needs the host."""
-        memory_kv = torch.stack([layer.cross_attn.memory_kv(memory) for layer in self.decoder])
+        `static`: the step count lives on the device and the cache is read by length buckets,
+        masked, so that few shapes serve all steps and no step needs the host."""
+        memory_kv = self.memory_kv(memory)
         _, _, n, h, _, k = memory_kv.shape  # (L, 2, N, H, S, K)
         # position-major, so that appending a position and reordering the rows of the
         # positions so far both touch one contiguous block
@@ -334,6 +335,22 @@ class Transformer(nn.Module):
         position = torch.zeros(1, dtype=torch.long, device=memory.device)
         return DecoderState(src_keep, memory_kv, memory_kv.new_zeros(shape), position=position)
 
+    def memory_kv(self, memory: Tensor) -> Tensor:
+        # memory (N, S, D) -> the decoder's cross-attention keys and values (L, 2, N, H, S, K)
+        return torch.stack([layer.cross_attn.memory_kv(memory) for layer in self.decoder])
+
+    def decode_step_weights(self) -> dict[str, Tensor]:
+        """The weights and biases of the Linear layers a decode step multiplies by, by name:
+        those autocast casts at every step (the cross-attention keys and values are made
+        once, by start_decoding)."""
+        return {
+            f"{name}.{key}": tensor
+            for name, module in self.named_modules()
+            if isinstance(module, nn.Linear)
+            and (name == "out" or (name.startswith("decoder.") and not name.endswith(".kv")))
+            for key, tensor in module.named_parameters(recurse=False)
+        }
+
     def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
         """tokens (B,): the previous output token (BOS first) -> logits (B, V) for the next
         one. Appends this position's self-attention keys and values to `state`."""
@@ -341,8 +358,9 @@ class Transformer(nn.Module):
         if state.position is None and state.step == len(state.self_kv):
             raise ValueError(f"decoding past max_len ({state.step}) given to start_decoding")
         x = self.embed(self.tgt_embed, tokens.unsqueeze(1), start=step)  # (B, 1, D)
+        cache = state.self_kv if state.position is None else state.self_kv[: state.read_length()]
         for i, layer in enumerate(self.decoder):  # index: unbind's views can't be written
-            x = layer(x, state.memory_kv[i], state.src_keep, state.self_kv[:, i], step)
+            x = layer(x, state.memory_kv[i], state.src_keep, cache[:, i], step)
         state.step += 1
         if state.position is not None:
             state.position += 1
@@ -399,11 +417,12 @@ class DecoderState:
         """Keep rows `rows` (R',) in that order, and sources `sources` (N',) (None: all of
         them): reorders beams, drops finished sentences. Row r' of the new state must belong
         to source r' // (R' / N'), as rows do in start_decoding. A static cache is reordered
-        in place (a CUDA graph reads it where it is), so R' = R and sources is None there.
+        in place (a CUDA graph reads it where it is), so sources is None there, and `rows`
+        reorders its first R' rows: any after them (a bucket's padding) are left as they are.
         """
         so_far = self.self_kv[: self.step]
         if self.position is not None:
-            so_far.copy_(so_far.index_select(3, rows))
+            so_far[:, :, :, : len(rows)].copy_(so_far.index_select(3, rows))
             return
         if sources is not None:
             self.src_keep = self.src_keep.index_select(0, sources)
@@ -414,3 +433,24 @@ class DecoderState:
         )
         torch.index_select(so_far, 3, rows, out=self_kv[: self.step])
         self.self_kv = self_kv
+
+    def read_length(self) -> int:
+        """The positions a step of a static cache reads: those so far and this one, rounded up
+        to a power of 2 (at least 16) so that few shapes (CUDA graphs) serve all steps; those
+        after this one are masked."""
+        return min(len(self.self_kv), max(16, 1 << self.step.bit_length()))
+
+    def load(self, memory_kv: Tensor, src_keep: Tensor) -> None:
+        """A static state of at least these sizes, restarted on other sources: memory_kv
+        (L, 2, N, H, S, K) and src_keep (N, 1, 1, S) copied into its first N sources and S
+        positions, its cache emptied. Sources after N (a bucket's padding) see position 0 of a
+        zero memory: finite outputs, which nobody reads."""
+        _, _, n, _, s, _ = memory_kv.shape
+        self.memory_kv.zero_()
+        self.memory_kv[:, :, :n, :, :s] = memory_kv
+        self.src_keep.zero_()
+        self.src_keep[:n, :, :, :s] = src_keep
+        self.src_keep[n:, :, :, 0] = True
+        self.self_kv.zero_()  # masked positions get no weight, but NaN times 0 is NaN
+        self.position.zero_()
+        self.step = 0

@@ -211,7 +211,9 @@ def test_best_extensions_rank_like_a_full_sort(vocab):
 
 # what a GPU runs (plan_for): a static cache, the host looking every few steps; and lagging
 # looks with rows dropped, as a CPU would if it looked less often
+# (and the static cache in the buffers of a bucket, which CUDA graphs read, stepped eagerly)
 GPU_LIKE = [Plan(check_every=4, static=True), Plan(check_every=3)]
+BUCKETS = Plan(check_every=4, static=True, buckets=True)
 
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -219,8 +221,12 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"
 
 @pytest.mark.parametrize(
     "plan",
-    [*GPU_LIKE, pytest.param(Plan(check_every=8, static=True, graph=True), marks=CUDA)],
-    ids=["static", "lagging", "cuda-graph"],
+    [
+        *GPU_LIKE,
+        BUCKETS,
+        pytest.param(Plan(check_every=8, static=True, buckets=True, graph=True), marks=CUDA),
+    ],
+    ids=["static", "lagging", "buckets", "cuda-graph"],
 )
 def test_plans_change_the_work_not_the_result(model_and_batch, plan):
     model, src = model_and_batch
@@ -287,9 +293,10 @@ def test_the_gpu_plan_waits_for_the_device_only_when_the_host_looks(monkeypatch,
         return lambda: beam_search(model, src, cfg, plan)
 
     assert min(syncs_per_step(monkeypatch, model, run(Plan()))) >= 1  # the CPU's: every step
-    syncs = syncs_per_step(monkeypatch, model, run(GPU_LIKE[0]))
-    assert len(syncs) > 12
-    assert syncs == [int((t + 1) % 4 == 0) for t in range(len(syncs))]
+    for plan in (GPU_LIKE[0], BUCKETS):
+        syncs = syncs_per_step(monkeypatch, model, run(plan))
+        assert len(syncs) > 12
+        assert syncs == [int((t + 1) % 4 == 0) for t in range(len(syncs))]
 
 
 def test_a_batch_too_big_for_memory_is_split_until_it_fits(monkeypatch, capsys):
