@@ -14,11 +14,11 @@ from .batches import Batch
 from .config import TrainConfig
 from .device import autocast, precision_for
 from .loss import smoothed_loss
-from .model import PAD
+from .model import PAD, flex_refusal
 from .packing import PackedBatch, each
 from .progress import say
 from .ranks import Ranks
-from .warmup import compiles, rehearse
+from .warmup import compiles, on_every_rank, rehearse
 
 
 @dataclass
@@ -90,11 +90,19 @@ class Updater:
         compile = compiles(self.t.compile, self.device.type, packed)
         if not compile and self.device.type != "cuda":
             return
+        why = flex_refusal(self.model.cfg, self.device.type, training=True)
+        if compile and packed and why and self.ranks.main:
+            say(f"packed rows attend by SDPA with dense masks, not FlexAttention: {why}")
         self.model.train()
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         moments = 0 if self.optimizer.state else 2 * weights  # AdamW's, at its first step
         batch = each(lambda x: x.to(self.device), batch)
-        done = rehearse(self.forward, batch, self.model, compile, self.t.max_tokens, say, moments)
+        done = on_every_rank(
+            lambda: rehearse(
+                self.forward, batch, self.model, compile, self.t.max_tokens, say, moments
+            ),
+            self.ranks.world,
+        )
         self.step_forward, self.rehearsal_s = done.forward, done.seconds
         self.compiled = done.compiled
 
