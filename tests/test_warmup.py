@@ -53,7 +53,7 @@ def test_one_process_raises_its_own_rehearsal_failure_as_it_is():
     def too_big():
         raise ConfigError("train.max_tokens: a batch of 48 tokens does not fit this GPU")
 
-    with pytest.raises(ConfigError, match="^train.max_tokens: a batch of 48 tokens"):
+    with pytest.raises(ConfigError, match=r"^train\.max_tokens: a batch of 48 tokens"):
         on_every_rank(too_big, world=1)
     done = Rehearsal(forward=print, compiled=False, seconds=0.0, peak_bytes=0)
     assert on_every_rank(lambda: done, world=1) is done
