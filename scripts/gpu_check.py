@@ -238,7 +238,7 @@ def against_reference(args: argparse.Namespace) -> dict:
     from mt.model import Transformer
 
     count = 6 if args.quick else 43
-    overrides = [f"run.dir={args.tmp}/bench", *args.set]
+    overrides = [f"run.dir={args.tmp}/bench", "data.source=files", *args.set]
     config, vocab, tensors = bench.setup(args.data, args.config, overrides, count)
     torch.manual_seed(0)
     models = {"ours": Transformer(config.model, vocab, vocab)}
