@@ -92,6 +92,8 @@ class Attention(nn.Module):
         # BlockMask (then causal already, where it must be) -> (B, T, D)
         dropout = self.dropout if self.training else 0.0
         if isinstance(mask, BlockMask):
+            if q.device.type == "cpu":  # inductor's CPU template fails on strided q, k, v
+                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             y = flex_attention(q, k, v, block_mask=mask)
         elif self.need_weights or explicit_attention(q.device.type, q.dtype):
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, Lk)
@@ -235,6 +237,7 @@ class Transformer(nn.Module):
         # pre-norm leaves the residual stream unnormalised: normalise the stack's output
         self.encoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self.attention = ""  # how the last packed batch attended: "flex" or "sdpa"
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -293,7 +296,8 @@ class Transformer(nn.Module):
         # hold several sentences: attention stays inside each, positions restart at each.
         if packed is None:
             return self.decode(tgt_in, *self.encode(src))
-        flex = use_flex(src.device, self.training and self.cfg.attention_dropout > 0)
+        flex = use_flex(self.cfg, src.device.type, self.training)
+        self.attention = "flex" if flex else "sdpa"  # the path taken, for gpu_check to report
         encoder, decoder, cross = document_masks(packed.src_doc, packed.tgt_doc, flex)
         memory, _ = self.encode(src, encoder, packed.src_pos)
         return self.decode(tgt_in, memory, cross, decoder, packed.tgt_pos)
@@ -367,12 +371,33 @@ class Transformer(nn.Module):
         return self.out(self.decoder_norm(x.squeeze(1)))
 
 
-def use_flex(device: torch.device, attention_dropout: bool) -> bool:
-    """Whether packed rows attend by FlexAttention: on CUDA (on a CPU it has no backward),
-    compiled (uncompiled it is a slow reference that materialises every score), and without
-    dropout on attention weights, which it cannot apply. Otherwise by bool masks, which SDPA's
-    kernels take."""
-    return device.type == "cuda" and torch.compiler.is_compiling() and not attention_dropout
+FLEX_MIN_HEAD = 16  # inductor's Triton FlexAttention refuses smaller head sizes
+
+
+def flex_refusal(cfg: ModelConfig, device_type: str, training: bool) -> str:
+    """Why packed rows of this model, compiled on `device_type`, cannot attend by
+    FlexAttention ("" when they can): it runs on CUDA only (on a CPU it has no backward),
+    compiles head sizes of FLEX_MIN_HEAD and more, and has no dropout on attention weights
+    (dropping a probability and rescaling the rest comes after the softmax, where a
+    score_mod cannot reach). Known from the config alone, so a run says it at start."""
+    head = cfg.d_model // cfg.heads
+    if device_type != "cuda":
+        return f"FlexAttention trains on CUDA only, not on {device_type}"
+    if head < FLEX_MIN_HEAD:
+        return (
+            f"model.d_model / model.heads = {head} per head; FlexAttention compiles "
+            f"{FLEX_MIN_HEAD} or more"
+        )
+    if training and cfg.attention_dropout > 0:
+        return f"model.attention_dropout is {cfg.attention_dropout:g}; FlexAttention has none"
+    return ""
+
+
+def use_flex(cfg: ModelConfig, device_type: str, training: bool) -> bool:
+    """Whether packed rows attend by FlexAttention block masks: compiled (uncompiled it is a
+    slow reference that materialises every score) and where `flex_refusal` finds nothing.
+    Otherwise by dense bool masks, which SDPA's kernels take."""
+    return torch.compiler.is_compiling() and not flex_refusal(cfg, device_type, training)
 
 
 def document_masks(src_doc: Tensor, tgt_doc: Tensor, flex: bool):

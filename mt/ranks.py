@@ -66,13 +66,11 @@ class Ranks:
             [Agreement(s, bool(o), h) for s, o, h in torch.stack(rows).tolist()]
         )
 
-    def total(self, values: list[float]) -> list[float]:
-        """Per-rank numbers summed over the ranks."""
-        if self.world == 1:
-            return values
-        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(tensor, dist.ReduceOp.SUM)
-        return tensor.tolist()
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` summed over the ranks in place, on its device: the host waits for nothing."""
+        if self.world > 1:
+            dist.all_reduce(tensor, dist.ReduceOp.SUM)
+        return tensor
 
     def broadcast(self, values: list[float]) -> list[float]:
         """Rank 0's numbers on every rank (the others pass placeholders of the same length)."""

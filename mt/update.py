@@ -14,11 +14,11 @@ from .batches import Batch
 from .config import TrainConfig
 from .device import autocast, precision_for
 from .loss import smoothed_loss
-from .model import PAD
+from .model import PAD, flex_refusal
 from .packing import PackedBatch, each
 from .progress import say
 from .ranks import Ranks
-from .warmup import compiles, rehearse
+from .warmup import compiles, on_every_rank, rehearse
 
 
 @dataclass
@@ -90,11 +90,19 @@ class Updater:
         compile = compiles(self.t.compile, self.device.type, packed)
         if not compile and self.device.type != "cuda":
             return
+        why = flex_refusal(self.model.cfg, self.device.type, training=True)
+        if compile and packed and why and self.ranks.main:
+            say(f"packed rows attend by SDPA with dense masks, not FlexAttention: {why}")
         self.model.train()
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         moments = 0 if self.optimizer.state else 2 * weights  # AdamW's, at its first step
         batch = each(lambda x: x.to(self.device), batch)
-        done = rehearse(self.forward, batch, self.model, compile, self.t.max_tokens, say, moments)
+        done = on_every_rank(
+            lambda: rehearse(
+                self.forward, batch, self.model, compile, self.t.max_tokens, say, moments
+            ),
+            self.ranks.world,
+        )
         self.step_forward, self.rehearsal_s = done.forward, done.seconds
         self.compiled = done.compiled
 
@@ -106,11 +114,15 @@ class Updater:
         self.scaler.load_state_dict(saved["scaler"])
 
     def __call__(self, batches: list[Batch], lr: float) -> Update:
-        """One update at rate `lr` over `batches`; losses normalised by target tokens."""
-        t, world = self.t, self.ranks.world
+        """One update at rate `lr` over `batches`; losses normalised by target tokens.
+
+        Nothing waits for the device until the update is enqueued whole: whether it is
+        skipped (a non-finite loss, fp16 gradients that overflowed) is decided on the device,
+        where the fused optimiser skips its step, and the host reads its few numbers once,
+        at the end, for the step count and the schedule."""
         tokens = sum(int((batch[2] != PAD).sum()) for batch in batches)  # labels, on the host
-        global_tokens = self.ranks.total([float(tokens)])[0]
-        norm = global_tokens / world  # DDP averages gradients: this makes the per-token mean
+        global_tokens = self._total_tokens(tokens)
+        norm = global_tokens / self.ranks.world  # DDP averages gradients: per-token mean
         self.model.train()
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll
         for i, batch in enumerate(batches):
@@ -119,24 +131,55 @@ class Updater:
             with self.net.no_sync() if skip_sync else nullcontext():
                 loss, nll = self.step_forward(batch)
                 self.scaler.scale(loss / norm).backward()
-            sums += torch.stack((loss.detach(), nll)).double()  # no host sync per batch
-        loss_sum, nll_sum = self.ranks.total(sums.tolist())
-        loss, nll = loss_sum / global_tokens, nll_sum / global_tokens
-        if not math.isfinite(loss_sum):
-            self.optimizer.zero_grad(set_to_none=True)
+            sums += torch.stack((loss.detach(), nll)).double()
+        sums = self.ranks.sum_(sums) / global_tokens
+        grad_norm, overflow = self._step(torch.isfinite(sums[0]), lr)
+        loss, nll, overflowed = torch.cat((sums, overflow.double().view(1))).tolist()
+        if not math.isfinite(loss):
             return Update(loss, nll, tokens, lr)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.scaler.unscale_(self.optimizer)
-        grad_norm = None
-        if t.clip_norm:
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_norm)
-        scale = self.scaler.get_scale()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.scaler.get_scale() < scale:  # fp16 gradients overflowed: the scaler skipped
-            return Update(loss, nll, tokens, lr, grad_norm, overflow=True)  # the step
+        if overflowed:  # the scaler skipped the step
+            return Update(loss, nll, tokens, lr, grad_norm, overflow=True)
         padded = sum(int((b[0] == PAD).sum() + (b[2] == PAD).sum()) for b in batches)
         cells = sum(b[0].numel() + b[2].numel() for b in batches)
         return Update(loss, nll, tokens, lr, grad_norm, False, padded, cells)
+
+    def _total_tokens(self, tokens: int) -> float | torch.Tensor:
+        """This update's target tokens on every rank: a number with one rank, else summed
+        on the device, which the host does not wait for."""
+        if self.ranks.world == 1:
+            return float(tokens)
+        mine = torch.tensor([float(tokens)], dtype=torch.float64)
+        return self.ranks.sum_(mine.to(self.device, non_blocking=True))[0]
+
+    def _step(self, finite: torch.Tensor, lr: float) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The optimiser's step, skipped on the device where the loss is not `finite`; the
+        gradient norm before clipping (where measured) and whether fp16 gradients overflowed
+        (the scaler's own decision: a gradient not finite once unscaled), both on the device.
+        """
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        fp16 = self.scaler.is_enabled()
+        if fp16:  # a non-finite loss makes the gradients so: the scaler skips and backs off
+            torch._foreach_mul_(grads, torch.where(finite, 1.0, math.nan))
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = None
+        if self.t.clip_norm:
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.clip_norm)
+        overflow = torch.zeros((), dtype=torch.bool, device=self.device)
+        if fp16:
+            norm = torch.nn.utils.get_total_norm(grads) if grad_norm is None else grad_norm
+            overflow = finite & ~torch.isfinite(norm)
+            self.scaler.step(self.optimizer)  # skipped by the scaler's found_inf, on the device
+            self.scaler.update()
+        elif self.optimizer.defaults.get("fused"):
+            self.optimizer.found_inf = (~finite).float()  # the protocol GradScaler uses
+            self.optimizer.grad_scale = None
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.found_inf, self.optimizer.grad_scale
+        elif finite:  # an unfused optimiser (MPS) cannot skip on the device: the host reads
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm, overflow

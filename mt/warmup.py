@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch._dynamo.exc import TorchDynamoException
 from torch._inductor.exc import InductorError
 
 from .config import one_line
-from .errors import ConfigError
+from .errors import ConfigError, MtError
 from .packing import each
 
 HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentation
@@ -82,6 +83,31 @@ def rehearse(
             )
         )
     return Rehearsal(run, compile, seconds, peak or 0)
+
+
+def on_every_rank(rehearsal: Callable[[], Rehearsal], world: int) -> Rehearsal:
+    """Run this rank's `rehearsal`, then learn every rank's outcome: where one failed (a
+    batch too big for its GPU, a compiler that crashed), every rank stops with one line
+    naming it, where the others would wait for it at their first update until a timeout."""
+    try:
+        done, failure = rehearsal(), None
+    except Exception as e:  # told to the other ranks, then raised again
+        done, failure = None, e
+    if world == 1:
+        if failure:
+            raise failure
+        return done
+    mine = failure and (getattr(failure, "exit_code", 1), one_line(failure))
+    outcomes: list[Any] = [None] * world
+    dist.all_gather_object(outcomes, mine)
+    if failure:  # its own words, as with one process (a bug keeps its traceback)
+        raise failure
+    for rank, outcome in enumerate(outcomes):
+        if outcome:
+            code, message = outcome
+            kind = ConfigError if code == ConfigError.exit_code else MtError
+            raise kind(f"rank {rank} failed its rehearsal of the first update: {message}")
+    return done
 
 
 def _measure(run: Forward, batch, model, states) -> tuple[float, int]:

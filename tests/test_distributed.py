@@ -209,3 +209,43 @@ def test_sigterm_to_one_rank_then_resume_ends_as_an_uninterrupted_run(corpus_fil
     assert json.loads(metrics.read_text().splitlines()[-1])["step"] == step + 3
     for key, value in uninterrupted.items():
         assert torch.equal(value, resumed[key]), key
+
+
+FAILING_RANK_SCRIPT = """\
+import os, sys
+import mt.update
+from mt.cli import main
+from mt.errors import ConfigError
+from mt.warmup import Rehearsal
+
+
+def rehearse(forward, batch, model, compile, max_tokens, say, state_bytes=0):
+    if os.environ["RANK"] == "1":  # as warmup.rehearse refuses a batch too big for a GPU
+        raise ConfigError(f"train.max_tokens: a batch of {max_tokens} tokens does not fit")
+    return Rehearsal(forward, False, 0.0, 0)
+
+
+mt.update.rehearse = rehearse
+sys.argv = ["mt", *sys.argv[1:]]
+main()
+"""
+
+
+@needs_torchrun
+def test_a_rank_that_fails_its_rehearsal_stops_every_rank_with_one_line(corpus_file, tmp_path):
+    """Rank 1 alone finds its first batch too big: without telling, rank 0 would wait for it
+    at the first update's gradient exchange until gloo's timeout (30 minutes)."""
+    script = tmp_path / "rank.py"
+    script.write_text(FAILING_RANK_SCRIPT)
+    program = _train(corpus_file, tmp_path / "run", "train.compile=true")[1:]  # rehearsed
+    launcher = _one_machine(str(script), *program)
+    _, err = launcher.communicate(timeout=120)
+    assert launcher.returncode != 0
+    lines = sorted(line for line in err.splitlines() if line.startswith("mt: error: "))
+    assert lines == [
+        "mt: error: rank 1 failed its rehearsal of the first update: train.max_tokens: a "
+        "batch of 100 tokens does not fit",
+        "mt: error: train.max_tokens: a batch of 100 tokens does not fit",
+    ]
+    frames = [line for line in err.splitlines() if line.strip().startswith('File "')]
+    assert not [f for f in frames if "/mt/" in f]  # torchrun's own traceback only

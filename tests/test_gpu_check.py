@@ -64,3 +64,34 @@ def test_steady_speed_and_the_time_to_reach_it():
     # updates 5..14 are the first window at 90% of steady (4..13 took 1.9 s): reached at 14
     assert figures["to_steady_s"] == pytest.approx(ends[14])
     assert figures["first_100"] == pytest.approx(30_000 / ends[-1] / 10_000)
+
+
+def test_all_figures_quick_on_the_cpu_end_to_end(tmp_path):
+    """`--all --device cpu --quick`: every part of the script runs (a tiny model, a slice of
+    the Tatoeba files) and lands in the record and the table, or says why it could not."""
+    import json
+    import subprocess
+    import sys
+
+    data = Path(__file__).resolve().parents[1] / "../shared/data"
+    if not (data / "tatoeba_en_es.train.jsonl.gz").is_file():
+        pytest.skip("no Tatoeba files in ../shared/data")
+    script = Path(gpu_check.__file__)
+    out = tmp_path / "gpu"
+    command = [sys.executable, str(script), "--all", "--device", "cpu", "--quick"]
+    command += ["--data", str(data), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads(out.with_suffix(".json").read_text())
+    speed = record["one_device"]
+    assert speed["tokens_per_s"] > 0 and speed["identical_weights"]
+    assert speed["attention"] == "padded batches (bool masks)"  # the CPU's: no packing
+    assert speed["graph_breaks"] == 0 and speed["recompiles"] == 0
+    assert record["all_gpus"] == "skipped: 0 GPUs"
+    assert record["ours_vs_torch_transformer_bf16"]["ours_over_reference"] > 0
+    bleu = record["bleu"]
+    assert bleu["beam5"]["sentences"] == bleu["greedy"]["sentences"] == 60
+    assert bleu["updates"] >= 1
+    table = out.with_suffix(".md").read_text()
+    assert "| one_device.attention | padded batches (bool masks) |" in table
+    assert table in done.stdout

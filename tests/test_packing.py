@@ -121,7 +121,7 @@ def test_packed_rows_compute_what_padded_batches_compute(norm_first):
 def test_attention_never_crosses_sentences(monkeypatch, flex):
     """Change one sentence of a packed row: no other token's output moves. FlexAttention runs
     here uncompiled and forward only (it has no backward on a CPU): what a GPU compiles."""
-    monkeypatch.setattr(mt.model, "use_flex", lambda device, dropout: flex)
+    monkeypatch.setattr(mt.model, "use_flex", lambda cfg, device_type, training: flex)
     batch = batches(corpus())[0]
     changed = batch._replace(src=batch.src.copy(), tgt_in=batch.tgt_in.copy())
     source, target = batch.src_doc == 1, batch.tgt_doc == 1  # sentence 1 of every row
@@ -139,7 +139,7 @@ def test_attention_never_crosses_sentences(monkeypatch, flex):
 def test_packed_batches_of_one_run_are_compiled_once(monkeypatch, flex):
     """Every packed batch has one shape: the model is traced once for all of them (counted
     by a backend that only counts), training, and with FlexAttention forward (see above)."""
-    monkeypatch.setattr(mt.model, "use_flex", lambda device, dropout: flex)
+    monkeypatch.setattr(mt.model, "use_flex", lambda cfg, device_type, training: flex)
     model, counter = tiny_model().train(not flex), CompileCounter()
     compiled = torch.compile(model, backend=counter)
     for batch in map(tensors, batches(corpus(60))[:3]):

@@ -1,11 +1,13 @@
 """The rehearsed first update: compiled or not, it leaves no trace; a compiler that fails
 leaves a warning and an uncompiled step; the largest batch that fits, from measurements."""
 
+import pytest
 import torch
 from test_packing import batches, corpus, tensors, tiny_model
 
+from mt.errors import ConfigError
 from mt.loss import smoothed_loss
-from mt.warmup import compiles, fitting_rows, rehearse
+from mt.warmup import Rehearsal, compiles, fitting_rows, on_every_rank, rehearse
 
 
 def test_compiled_by_default_on_cuda_with_packed_batches_only():
@@ -45,3 +47,13 @@ def test_the_largest_batch_that_fits_is_on_the_line_through_two_measurements():
     assert fitting_rows(measured, 100 * gib, rows=256) == 255  # 256 did not fit
     assert fitting_rows(measured[1:], 3 * gib, rows=256) == 64  # one point: what fitted
     assert fitting_rows([], 3 * gib, rows=256) == 0
+
+
+def test_one_process_raises_its_own_rehearsal_failure_as_it_is():
+    def too_big():
+        raise ConfigError("train.max_tokens: a batch of 48 tokens does not fit this GPU")
+
+    with pytest.raises(ConfigError, match=r"^train\.max_tokens: a batch of 48 tokens"):
+        on_every_rank(too_big, world=1)
+    done = Rehearsal(forward=print, compiled=False, seconds=0.0, peak_bytes=0)
+    assert on_every_rank(lambda: done, world=1) is done
