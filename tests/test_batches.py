@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import torch
 
-from mt.batches import Batches, Position
-from mt.data import Split, token_batches
+from mt.batches import Batches, Position, token_batches
+from mt.store import Split
 
 
 def split(n: int = 300, seed: int = 0) -> Split:

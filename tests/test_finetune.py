@@ -14,7 +14,8 @@ from test_train import tiny_config
 
 from mt import checkpoint
 from mt.config import load_config
-from mt.data import normalize, prepare
+from mt.corpus import normalize
+from mt.data import prepare
 from mt.finetune import FROZEN
 from mt.score import score_ids, score_pairs
 from mt.train import Trainer, train
