@@ -45,7 +45,7 @@ from .config import Config, DataConfig, dump_config
 from .corpus import SPLITS, Chunk, Corpus, Pair, corpora, entry_files, load_raw, normalize
 from .corpus import read_jsonl as _read_jsonl
 from .errors import ConfigError, MtError
-from .files import atomic_path, atomic_write_text
+from .files import atomic_path, atomic_write_text, remove
 from .store import Split, SplitWriter, open_split, token_dtype
 
 CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
@@ -137,21 +137,36 @@ def prepare(
     if prepared is None and not write:
         raise MtError(f"{cache}: no prepared data for this config; run mt prepare first")
     if prepared is None:
+        prepared = _build_cache(config, fp, cache, tok_files, base)
+    if write:
+        atomic_write_text(run_dir / "config.yaml", dump_config(config))
+        atomic_write_text(run_dir / "README.md", RUN_README.format(tokenizer=tok_files[0].name))
+    return prepared
+
+
+def _build_cache(
+    config: Config, fp: str, cache: Path, tok_files: tuple[Path, Path], base: Base | None
+) -> Prepared:
+    """Build the store in a temporary folder that replaces `cache` when complete, then the
+    tokenizer files; a failure leaves no run folder that was not there before."""
+    created = not cache.parent.exists()
+    try:
         with atomic_path(cache) as tmp:
             tmp.mkdir()
             meta, tokenizers = _build(config, fp, tmp, base)
             texts = [t.to_str(pretty=True) for t in tokenizers]
             meta["tokenizers"] = {p.name: _sha256(t.encode()) for p, t in zip(tok_files, texts)}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        for path, text in zip(tok_files, texts):  # after the store: a failure leaves it stale
-            atomic_write_text(path, text)
-        prepared = _load_cache(cache, fp, tok_files)
-        if prepared is None:
-            raise MtError(f"{cache}: the data just prepared cannot be read back")
-        prepared.reused = False
-    if write:
-        atomic_write_text(run_dir / "config.yaml", dump_config(config))
-        atomic_write_text(run_dir / "README.md", RUN_README.format(tokenizer=tok_files[0].name))
+    except BaseException:
+        if created:
+            remove(cache.parent)
+        raise
+    for path, text in zip(tok_files, texts):  # after the store: a failure leaves it stale
+        atomic_write_text(path, text)
+    prepared = _load_cache(cache, fp, tok_files)
+    if prepared is None:
+        raise MtError(f"{cache}: the data just prepared cannot be read back")
+    prepared.reused = False
     return prepared
 
 

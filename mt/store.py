@@ -121,7 +121,7 @@ def open_split(folder: Path, name: str, layout: dict[str, Any]) -> Split:
             folder / f"{name}.{side}.tokens", np.dtype(layout["dtype"]), layout["tokens"][side]
         )
         offsets = _map(folder / f"{name}.{side}.offsets", np.dtype(np.int64), layout["pairs"] + 1)
-        if offsets[-1] != len(ids):
+        if offsets[0] != 0 or offsets[-1] != len(ids):
             raise ValueError(f"{name}.{side}: offsets do not match the tokens")
         sides.append(Sentences(ids, offsets))
     return Split(*sides)
