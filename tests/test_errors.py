@@ -465,8 +465,8 @@ def test_a_dangling_last_resumes_from_the_newest_complete_checkpoint(trained, cl
     code, _, err = cli_main(*train_args(corpus, run, "train.max_steps=32"))
     assert code == 0, err
     assert "resuming from step-00000020, the newest complete checkpoint" in err
-    for path, files in older.items():  # earlier checkpoints are not redone (those kept)
-        assert not path.is_dir() or snapshot(path) == files
+    for path, found in older.items():  # earlier checkpoints are not redone (those kept)
+        assert not path.is_dir() or snapshot(path) == found
     steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     kinds = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert len(set(zip(kinds, steps))) == len(steps)  # no step recorded twice
