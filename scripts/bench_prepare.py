@@ -17,6 +17,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import shlex
 import subprocess
 import sys
@@ -85,7 +86,7 @@ def measure(args: list[str], log: Path, marker: str = "") -> dict:
     """Run a command: its wall time, peak PSS of its process tree (GiB) and, with `marker`,
     the seconds until that text first appears in its stderr."""
     print("$", shlex.join(args), file=sys.stderr, flush=True)
-    start = time.monotonic()
+    start, cpu = time.monotonic(), cpu_seconds()
     with open(log, "w") as err:
         process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True)
     peak, first = [0], [None]
@@ -106,10 +107,18 @@ def measure(args: list[str], log: Path, marker: str = "") -> dict:
         raise SystemExit(f"failed ({process.returncode}): {shlex.join(args)}; see {log}")
     return {
         "wall_s": time.monotonic() - start,
+        "cpu_s": cpu_seconds() - cpu,
         "peak_gib": peak[0] / 2**30,
         "first_s": first[0],
         "out": out,
     }
+
+
+def cpu_seconds() -> float:
+    """User and system time of this process's children that have ended (the command's tree:
+    a process's time counts to its parent when it is waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def data_sets(folder: Path) -> list[str]:
@@ -164,7 +173,8 @@ def render(r: dict) -> list[str]:
         return []
     rows = [
         f"| {int(size):,} | {s['pairs']['train']:,} | {s['wall_s']:.0f} | "
-        f"{s['pairs_per_s']:,.0f} | {s['peak_gib']:.2f} | {s['store_bytes'] / 2**20:,.0f} |"
+        f"{s['pairs_per_s']:,.0f} | {s.get('cpu_s', float('nan')):.0f} | {s['peak_gib']:.2f} | "
+        f"{s['store_bytes'] / 2**20:,.0f} |"
         for size, s in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
     ]
     largest = max(r["sizes"], key=int)
@@ -180,12 +190,15 @@ def render(r: dict) -> list[str]:
         "source hash), end to end: reading, normalising, dedup, the split, tokenizer "
         "training on a sample of 1,000,000 pairs, encoding in one process per core, writing "
         "the store. Peak memory: the summed PSS of the command and its worker processes. "
+        "CPU seconds: user and system time of the whole tree; on a machine shared with other "
+        "jobs, wall time / (CPU seconds / cores) is the share of the cores it got. "
         "Load average before: "
         f"{' '.join(f'{x:.2f}' for x in r['uptime'])}; after: "
         f"{' '.join(f'{x:.2f}' for x in r['uptime_after'])}.",
         "",
-        "| pairs in the corpus | training pairs kept | seconds | pairs/s | peak GiB | store MiB |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| pairs in the corpus | training pairs kept | seconds | pairs/s | CPU seconds "
+        "| peak GiB | store MiB |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
         f"`mt train` (fp32) on the {int(largest):,}-pair store, {t['updates']} updates: peak "
