@@ -24,6 +24,7 @@ from conftest import (
 )
 from tokenizers import Tokenizer
 
+from mt import corpus as corpus_module
 from mt import tokenizer as tok
 from mt.batches import Batches, Position, collate, token_batches
 from mt.config import SPECIAL_TOKENS, TokenizerConfig, load_config
@@ -190,6 +191,12 @@ def test_hub_source_loads_the_opus_books_schema(hub_standin: Path):
     raw = load_raw(hub_config(hub_standin).data)
     assert list(raw) == ["train"]
     assert raw["train"] == PAIRS
+
+
+def test_hub_source_streams_the_same_pairs(hub_standin: Path, monkeypatch):
+    monkeypatch.setattr(corpus_module, "CHUNK", 16)  # several chunks
+    streamed_raw = load_raw(hub_config(hub_standin, "data.streaming=true").data)
+    assert streamed_raw == {"train": PAIRS}
 
 
 def test_hub_source_prepares_with_held_out_splits_cut_from_train(hub_standin: Path, tmp_path: Path):
