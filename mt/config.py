@@ -414,10 +414,15 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         fail("data.max_ratio", f"must be at least 1, got {config.data.max_ratio}")
     if config.data.src_lang == config.data.tgt_lang:
         fail("data.tgt_lang", f"is the same language as data.src_lang ({config.data.src_lang})")
+    _check_corpora(config, check_files, fail)
+
+
+def _check_corpora(config: Config, check_files: bool, fail: Any) -> None:
+    """How the corpus is read and prepared: workers, the sample, the corpora of data.files."""
     if not 0 <= config.data.workers <= 256:
         fail("data.workers", f"must be in [0, 256] (0: one per core), got {config.data.workers}")
-    if tok.sample < 1:
-        fail("tokenizer.sample", f"must be positive, got {tok.sample}")
+    if config.tokenizer.sample < 1:
+        fail("tokenizer.sample", f"must be positive, got {config.tokenizer.sample}")
     if config.data.source == "files":
         if not config.data.files.train:
             fail("data.files.train", "required when data.source is files")
