@@ -155,16 +155,21 @@ def run(data: Path, sizes: list[int], updates: int, work: Path) -> dict:
             "corpus_bytes": sum((folder / f"corpus.{x}").stat().st_size for x in ("en", "es")),
         }
         print(json.dumps({size: results["sizes"][str(size)]}), file=sys.stderr)
-    largest = str(max(sizes))
-    train = [MT, "train", "--config", CONFIG, *data_sets(work / f"c{largest}")]
-    train += ["--set", f"run.dir={work / f'run{largest}'}", "--set", f"train.max_steps={updates}"]
-    train += ["--set", "train.max_minutes=0", "--set", "train.precision=fp32"]
-    train += ["--set", "train.log_every=1", "--set", "train.save_every=100000"]
-    got = measure(train, work / "train.log", marker="step 1:")
-    got.pop("out")
-    results["train"] = {**got, "updates": updates, "pairs": int(largest)}
+    if updates:  # 0: prepare alone
+        results["train"] = train(work, max(sizes), updates)
     results["uptime_after"] = os.getloadavg()
     return results
+
+
+def train(work: Path, size: int, updates: int) -> dict:
+    """`updates` updates of `mt train` (fp32) on the store of `size` pairs."""
+    args = [MT, "train", "--config", CONFIG, *data_sets(work / f"c{size}")]
+    args += ["--set", f"run.dir={work / f'run{size}'}", "--set", f"train.max_steps={updates}"]
+    args += ["--set", "train.max_minutes=0", "--set", "train.precision=fp32"]
+    args += ["--set", "train.log_every=1", "--set", "train.save_every=100000"]
+    got = measure(args, work / "train.log", marker="step 1:")
+    got.pop("out")
+    return {**got, "updates": updates, "pairs": size}
 
 
 def render(r: dict) -> list[str]:
@@ -178,9 +183,20 @@ def render(r: dict) -> list[str]:
         for size, s in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
     ]
     largest = max(r["sizes"], key=int)
-    big, t = r["sizes"][largest], r["train"]
-    scale = 100_000_000 / int(largest)
-    hashes_gib = 100_000_000 * 24 / 2**30  # two 64-bit hashes a pair and np.unique's order
+    big, scale = r["sizes"][largest], 100_000_000 / int(largest)
+    # the scan keeps 17 bytes a pair; finding first occurrences sorts 16 more
+    hashes_gib = 100_000_000 * 34 / 2**30
+    trained = []
+    if "train" in r:
+        t = r["train"]
+        trained = [
+            f"`mt train` (fp32) on the {t['pairs']:,}-pair store, {t['updates']} updates: peak "
+            f"{t['peak_gib']:.2f} GiB, first update {t['first_s']:.0f} s after the start, "
+            f"{t['wall_s']:.0f} s in all ({t['cpu_s']:.0f} CPU seconds). The store is "
+            "memory-mapped: pages are read as batches touch them, and an epoch is planned a "
+            "maxi-batch (65,536 sentences) at a time.",
+            "",
+        ]
     return [
         "## Corpora of any size: `mt prepare` into a memory-mapped store",
         "",
@@ -201,16 +217,12 @@ def render(r: dict) -> list[str]:
         "|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
-        f"`mt train` (fp32) on the {int(largest):,}-pair store, {t['updates']} updates: peak "
-        f"{t['peak_gib']:.2f} GiB, first update {t['first_s']:.0f} s after the start, "
-        f"{t['wall_s']:.0f} s in all. The store is memory-mapped: pages are read as batches "
-        "touch them, and an epoch is planned a maxi-batch (65,536 sentences) at a time.",
-        "",
+        *trained,
         f"100M pairs, extrapolated linearly from {int(largest):,}: "
         f"{big['wall_s'] * scale / 3600:.1f} hours, a store of "
         f"{big['store_bytes'] * scale / 2**30:.1f} GiB (and the corpus itself, "
         f"{big['corpus_bytes'] * scale / 2**30:.0f} GiB here); memory grows by the scan's "
-        f"24 bytes a pair ({hashes_gib:.1f} GiB at 100M) above the flat "
+        f"~34 bytes a pair at its peak ({hashes_gib:.1f} GiB at 100M) above the flat "
         f"{r['sizes'][min(r['sizes'], key=int)]['peak_gib']:.1f} GiB of tokenizer training "
         "and the workers; training's memory does not grow with the corpus beyond the page "
         "cache.",
