@@ -42,8 +42,17 @@ from tqdm import tqdm
 
 from . import tokenizer as tok
 from .config import Config, DataConfig, dump_config
-from .corpus import SPLITS, Chunk, Corpus, Pair, corpora, entry_files, load_raw, normalize
-from .corpus import read_jsonl as _read_jsonl
+from .corpus import (
+    SPLITS,
+    Chunk,
+    Corpus,
+    Pair,
+    corpora,
+    entry_files,
+    load_raw,
+    normalize,
+    read_jsonl,
+)
 from .errors import ConfigError, MtError
 from .files import atomic_path, atomic_write_text, remove
 from .store import Split, SplitWriter, open_split, token_dtype
@@ -633,7 +642,7 @@ def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared 
             return None
         splits = {name: open_split(cache, name, meta["store"][name]) for name in SPLITS}
         for name in HELD_OUT:
-            texts = list(_read_jsonl(cache / f"{name}.jsonl"))
+            texts = list(read_jsonl(cache / f"{name}.jsonl"))
             splits[name].src_text = [t["src"] for t in texts]
             splits[name].tgt_text = [t["tgt"] for t in texts]
             if len(texts) != len(splits[name]):
