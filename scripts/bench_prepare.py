@@ -17,6 +17,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import resource
 import shlex
 import subprocess
@@ -83,8 +84,8 @@ def tree_pss(root: int) -> int:
 
 
 def measure(args: list[str], log: Path, marker: str = "") -> dict:
-    """Run a command: its wall time, peak PSS of its process tree (GiB) and, with `marker`,
-    the seconds until that text first appears in its stderr."""
+    """Run a command: its wall time, CPU seconds, peak PSS of its process tree (GiB) and,
+    with `marker` (a regular expression), the seconds until a line of its stderr matches."""
     print("$", shlex.join(args), file=sys.stderr, flush=True)
     start, cpu = time.monotonic(), cpu_seconds()
     with open(log, "w") as err:
@@ -94,7 +95,8 @@ def measure(args: list[str], log: Path, marker: str = "") -> dict:
     def sample() -> None:
         while process.poll() is None:
             peak[0] = max(peak[0], tree_pss(process.pid))
-            if marker and first[0] is None and marker in log.read_text(errors="replace"):
+            text = log.read_text(errors="replace") if marker and first[0] is None else ""
+            if text and re.search(marker, text, re.MULTILINE):
                 first[0] = time.monotonic() - start
             time.sleep(0.2)
 
@@ -167,7 +169,7 @@ def train(work: Path, size: int, updates: int) -> dict:
     args += ["--set", f"run.dir={work / f'run{size}'}", "--set", f"train.max_steps={updates}"]
     args += ["--set", "train.max_minutes=0", "--set", "train.precision=fp32"]
     args += ["--set", "train.log_every=1", "--set", "train.save_every=100000"]
-    got = measure(args, work / "train.log", marker="step 1:")
+    got = measure(args, work / "train.log", marker=r"^step 1[/:]")  # step 1/20: or step 1:
     got.pop("out")
     return {**got, "updates": updates, "pairs": size}
 
