@@ -216,7 +216,8 @@ def resume_point(ckpt_dir: Path) -> tuple[Path | None, str]:
 def check_resumable(config: Config, path: Path) -> None:
     """An error if the config, the data or the tokenizers differ from what the weights of
     checkpoint `path` were trained with."""
-    from .data import SPLITS, inputs_of
+    from .corpus import SPLITS, entry_files
+    from .data import inputs_of
 
     run_dir, file = Path(config.run.dir), path / WEIGHTS
     meta = read_metadata(file)
@@ -234,7 +235,8 @@ def check_resumable(config: Config, path: Path) -> None:
     saved = meta_json(meta, "data_fingerprint", file) if "data_fingerprint" in meta else ""
     if saved and saved != now["data_fingerprint"]:
         data = config.data
-        files = ", ".join(f for name in SPLITS for f in getattr(data.files, name) or [])
+        entries = [e for name in SPLITS for e in getattr(data.files, name) or []]
+        files = ", ".join(f for e in entries for f in entry_files(e, data))
         raise ConfigError(
             f"{run_dir}: the training data ({files or data.name}) changed "
             f"since {path.name} was saved; its weights cannot go on with other data and "

@@ -66,9 +66,10 @@ def prepare(
 ) -> None:
     """Load, clean and split the corpus, learn the tokenizers, encode and cache everything."""
     from .data import prepare as run_prepare
+    from .finetune import base
 
     cfg = _config(config, set_)
-    prepared = run_prepare(cfg, rebuild=rebuild)
+    prepared = run_prepare(cfg, rebuild=rebuild, base=base(cfg))
     stats = dict(prepared.stats, reused_cache=prepared.reused, run_dir=cfg.run.dir)
     if prepared.reused:
         typer.echo(
@@ -232,7 +233,7 @@ def translate_command(
     With --nbest N > 1 each line is INDEX<TAB>RANK<TAB>SCORE<TAB>TRANSLATION (INDEX from 0,
     RANK from 1, SCORE the length-normalised log-probability).
     """
-    from .data import read_lines
+    from .corpus import read_lines
 
     if texts and file:
         raise ConfigError("give sentences as arguments or --file, not both")
@@ -359,7 +360,7 @@ def score_command(
     target's tokens and EOS, per token, and length-normalised as beam search ranks
     (decode.alpha). With --json, an object a line with the pair and its token count too.
     """
-    from .data import read_pairs
+    from .corpus import read_pairs
     from .score import score_pairs
 
     if not Path(pairs).is_file():

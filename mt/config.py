@@ -43,13 +43,19 @@ class RunConfig:
     device: str = resumable("auto")  # auto (cuda, then mps, then cpu) | cuda | cuda:N | mps | cpu
 
 
+# A corpus of data.files: a path (.jsonl/.json[.gz], .csv, .tsv, .parquet), or a mapping:
+# {path: FILE, weight: W}, or aligned plain text {en: FILE, es: FILE, weight: W} (the keys
+# are data.src_lang and data.tgt_lang; one sentence a line, .gz too). weight (train only):
+# the share of each epoch's pairs drawn from the corpus, relative to the others' (a corpus
+# without one weighs 1); with no weight at all, every pair comes once an epoch
+Entry = str | dict[str, Any]
+
+
 @dataclass
 class DataFiles:
-    train: list[str] | None = (
-        None  # a path or a list of paths (.jsonl/.json[.gz], .csv, .tsv, .parquet)
-    )
-    valid: list[str] | None = None  # optional: cut from train when absent
-    test: list[str] | None = None  # optional: cut from train when absent
+    train: list[Entry] | None = None  # a corpus or a list of them, read in order
+    valid: list[Entry] | None = None  # optional: cut from train when absent
+    test: list[Entry] | None = None  # optional: cut from train when absent
 
 
 @dataclass
@@ -64,6 +70,8 @@ class DataConfig:
     test_size: int = 1000  # pairs cut from train for testing when no test file is given
     max_length: int = 128  # drop training pairs longer than this many subword tokens on a side
     max_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this
+    workers: int = 0  # processes that normalise and encode in mt prepare; 0: one per core
+    streaming: bool = False  # source hub: read through datasets' streaming, no full download
 
 
 @dataclass
@@ -75,6 +83,9 @@ class TokenizerConfig:
     # BPE-dropout (Provilkov et al., 2020): each merge is skipped with this probability when
     # the training pairs are segmented anew each epoch; validation and decoding never drop
     dropout: float = 0.0
+    # sentences a side the tokenizers learn from: a seeded sample of the training pairs (all
+    # of them if fewer), as SentencePiece's input_sentence_size
+    sample: int = 1_000_000
 
 
 @dataclass
@@ -403,13 +414,51 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         fail("data.max_ratio", f"must be at least 1, got {config.data.max_ratio}")
     if config.data.src_lang == config.data.tgt_lang:
         fail("data.tgt_lang", f"is the same language as data.src_lang ({config.data.src_lang})")
+    _check_corpora(config, check_files, fail)
+
+
+def _check_corpora(config: Config, check_files: bool, fail: Any) -> None:
+    """How the corpus is read and prepared: workers, the sample, the corpora of data.files."""
+    if not 0 <= config.data.workers <= 256:
+        fail("data.workers", f"must be in [0, 256] (0: one per core), got {config.data.workers}")
+    if config.tokenizer.sample < 1:
+        fail("tokenizer.sample", f"must be positive, got {config.tokenizer.sample}")
     if config.data.source == "files":
         if not config.data.files.train:
             fail("data.files.train", "required when data.source is files")
-        for split in ("train", "valid", "test") if check_files else ():
-            for file in getattr(config.data.files, split) or []:
-                if not Path(file).is_file():
-                    fail(f"data.files.{split}", f"no such file: {file}")
+        for split in ("train", "valid", "test"):
+            for entry in getattr(config.data.files, split) or []:
+                _check_entry(entry, config.data, f"data.files.{split}", check_files, fail)
+
+
+def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fail) -> None:
+    """A corpus of data.files: a path, {path, weight} or {src_lang: FILE, tgt_lang: FILE,
+    weight}, with files that exist (when checked) and a positive weight (train only)."""
+    if isinstance(entry, dict):
+        sides = {data.src_lang, data.tgt_lang}
+        wanted = ({"path"}, sides)
+        if not any(set(entry) - {"weight"} == keys for keys in wanted):
+            fail(
+                key,
+                f"{entry}: a corpus is a path, {{path: FILE, weight: W}} or aligned text "
+                f"{{{data.src_lang}: FILE, {data.tgt_lang}: FILE, weight: W}}",
+            )
+        weight = entry.get("weight")
+        if weight is not None and not key.endswith("train"):
+            fail(key, "weight: only training corpora have weights")
+        if weight is not None and (
+            isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0
+        ):
+            fail(key, f"weight: must be a positive number, got {weight!r}")
+        for name in set(entry) - {"weight"}:
+            if not isinstance(entry[name], str):
+                fail(key, f"{name}: expected a file name, got {_describe(entry[name])}")
+        files = [entry[name] for name in sorted(set(entry) - {"weight"})]
+    else:
+        files = [entry]
+    for file in files if check_files else ():
+        if not Path(file).is_file():
+            fail(key, f"no such file: {file}")
 
 
 def parameter_count(config: Config) -> int:
@@ -499,10 +548,20 @@ def _convert(hint: Any, value: Any, origin: str, key: str) -> Any:
         return _build(hint, value, origin, f"{key}.")
     origin_type = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin_type in (typing.Union, types.UnionType):  # list[str] | None
+    if origin_type in (typing.Union, types.UnionType):  # list[str] | None, str | dict
         if value is None:
             return None
-        return _convert(next(a for a in args if a is not type(None)), value, origin, key)
+        arms = [a for a in args if a is not type(None)]
+        mapping = [a for a in arms if typing.get_origin(a) is dict]
+        return _convert(
+            (mapping or arms)[0] if isinstance(value, dict) else arms[0], value, origin, key
+        )
+    if origin_type is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{origin}: {key}: expected a mapping, got {_describe(value)}")
+        return {str(k): _convert(args[1], v, origin, f"{key}.{k}") for k, v in value.items()}
+    if hint is Any:
+        return value
     if origin_type is list:
         items = value if isinstance(value, list) else [value]
         return [_convert(args[0], item, origin, key) for item in items]

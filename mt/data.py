@@ -1,28 +1,38 @@
-"""Corpus loading, cleaning, leakage-free splitting, encoding and the on-disk cache.
+"""The prepare pipeline behind `mt prepare` and the start of `mt train`, in bounded memory:
+the corpus streams through in chunks (`corpus.CHUNK` pairs), read three times.
 
-`prepare(config)` is the whole pipeline behind `mt prepare` and the start of `mt train`:
+    scan:   normalise every pair; hash it (64 bits, for duplicates) and its source sentence
+            (seeded, for the held-out cut); 16 bytes a pair are all that is kept
+    decide: a code per pair: empty, duplicate, valid, test, train, or train in the sample
+    sample: read the seeded sample of train, learn BPE or unigram from it (or take the
+            tokenizers of train.init)
+    encode: normalise again, encode in large batches (`data.workers` processes), filter train
+            by length and ratio, append to the token store (mt/store.py)
 
-    load (hub or files) -> clean -> split by source sentence -> dedup train
-    -> train BPE or unigram on train (or take train.init's) -> encode
-    -> filter train by length and ratio -> cache
+Valid and test, when cut from train, are the pairs whose source hash is among the smallest:
+every pair of a source sentence has the same hash, so no source of valid or test is in train,
+and the cut is chosen from the sorted hashes of the corpus's distinct pairs to give
+data.valid_size and data.test_size pairs (fewer by the rest of a group at a boundary).
 
-The cache lives in `<run.dir>/data/`, keyed by a fingerprint of everything that shapes it,
-so a second run reuses it and a changed setting rebuilds it.
+The store lives in `<run.dir>/data/`, keyed by a fingerprint of everything that shapes it,
+so a second run reuses it and a changed setting rebuilds it; it is built in a temporary
+folder that replaces the old one only when complete.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
+import itertools
 import json
+import multiprocessing
+import os
 import sys
-import unicodedata
-import zipfile
-import zlib
+import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import suppress
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,26 +41,26 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from . import tokenizer as tok
-from .config import BOS, EOS, PAD, Config, DataConfig, dump_config, one_line
+from .config import Config, DataConfig, dump_config
+from .corpus import (
+    SPLITS,
+    Chunk,
+    Corpus,
+    Pair,
+    corpora,
+    entry_files,
+    load_raw,
+    normalize,
+    read_jsonl,
+)
 from .errors import ConfigError, MtError
-from .files import atomic_path, atomic_write_text
+from .files import atomic_path, atomic_write_text, remove
+from .store import Split, SplitWriter, open_split, token_dtype
 
-CACHE_VERSION = 2  # bump when the cache layout or the pipeline's output changes
-SPLITS = ("train", "valid", "test")
-Pair = tuple[str, str]
-
-
-@dataclass
-class Split:
-    """One split: token ids per sentence (no BOS/EOS) and, for valid/test, the text."""
-
-    src: list[np.ndarray]
-    tgt: list[np.ndarray]
-    src_text: list[str] = field(default_factory=list)
-    tgt_text: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.src)
+CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
+TRAIN, VALID, TEST, SAMPLED, EMPTY, DUPLICATE = range(6)  # what becomes of a pair
+HELD_OUT = {"valid": VALID, "test": TEST}
+PERIOD = 30.0  # seconds between progress lines off a terminal
 
 
 @dataclass
@@ -62,144 +72,13 @@ class Prepared:
     reused: bool
 
 
-# ---------------------------------------------------------------------------- loading
+@dataclass
+class Base:
+    """What a fine-tuned run takes from train.init (`finetune.base`): its tokenizers, and its
+    data config where train.old_share mixes some of its corpus back."""
 
-
-def _datasets() -> Any:
-    """`datasets`, imported only when needed (it is slow to import), quiet off a terminal:
-    its bars redraw with \r, which is noise in a log file."""
-    import datasets
-
-    if not sys.stderr.isatty():
-        datasets.disable_progress_bars()
-    return datasets
-
-
-def load_raw(cfg: DataConfig) -> dict[str, list[Pair]]:
-    """The corpus as (source, target) pairs per split that the source provides."""
-    datasets = _datasets()
-
-    if cfg.source == "hub":
-        try:
-            loaded = datasets.load_dataset(cfg.name, cfg.subset)
-        except Exception as e:  # hub, network and dataset errors all end up here
-            raise MtError(
-                f"cannot load {cfg.name} ({cfg.subset}) through Hugging Face datasets: "
-                f"{type(e).__name__}: {one_line(e)}; to use local files set data.source: files "
-                "and data.files.train: PATH"
-            ) from None
-        return {name: _pairs(split, cfg, f"{cfg.name}[{name}]") for name, split in loaded.items()}
-    raw = {}
-    for name in SPLITS:
-        files = getattr(cfg.files, name)
-        if files:
-            raw[name] = _file_pairs(files, cfg, f"data.files.{name}")
-    return raw
-
-
-def _load_files(files: list[str], key: str) -> Any:
-    """Read local files with `datasets`' own builders, chosen by extension."""
-    datasets = _datasets()
-
-    kinds = {_file_kind(f) for f in files}
-    if None in kinds or len(kinds) > 1:
-        raise ConfigError(
-            f"{key}: {', '.join(files)}: expected files of one format among .jsonl, .json "
-            "(optionally .gz), .csv, .tsv, .parquet"
-        )
-    kind = kinds.pop()
-    options: dict[str, Any] = {}
-    if kind == "tsv":
-        kind, options = "csv", {"delimiter": "\t", "quoting": 3}  # 3: csv.QUOTE_NONE
-    if kind == "csv":
-        options["keep_default_na"] = False  # a sentence "None", "NA" or "null" is text
-    for file in files:
-        if Path(file).is_file() and Path(file).stat().st_size == 0:
-            raise ConfigError(f"{key}: {file}: an empty file")
-    level = datasets.logging.get_verbosity()
-    datasets.logging.set_verbosity(datasets.logging.CRITICAL)  # its errors: a 2nd line of ours
-    try:
-        return datasets.load_dataset(kind, data_files=files, split="train", **options)
-    except Exception as e:
-        for file in files:  # `datasets` names no line (or its row): find the first bad one
-            if file.lower().removesuffix(".gz").endswith(".jsonl"):
-                with suppress(OSError, EOFError, zlib.error):  # not gzip after all: said below
-                    for _ in _read_jsonl(Path(file), f"{key}: {file}"):
-                        pass
-        why = one_line(e.__cause__ or e) or type(e).__name__
-        raise ConfigError(f"{key}: cannot read {', '.join(files)}: {why}") from None
-    finally:
-        datasets.logging.set_verbosity(level)
-
-
-def _file_pairs(files: list[str], cfg: DataConfig, key: str) -> list[Pair]:
-    """The pairs of local corpus files; text that is not UTF-8 is named by file and line."""
-    dataset = _load_files(files, key)
-    try:
-        return _pairs(dataset, cfg, f"{key}: {', '.join(files)}")
-    except UnicodeDecodeError:  # `datasets` decodes lazily and names neither file nor line
-        for file in files:
-            opener = gzip.open if file.endswith(".gz") else open
-            with opener(file, "rb") as f:
-                decode_text(f.read(), f"{key}: {file}")
-        raise ConfigError(f"{key}: {', '.join(files)}: not UTF-8 text") from None
-
-
-def _file_kind(path: str) -> str | None:
-    name = path.lower().removesuffix(".gz")
-    for suffix, kind in (
-        (".jsonl", "json"),
-        (".json", "json"),
-        (".csv", "csv"),
-        (".tsv", "tsv"),
-        (".parquet", "parquet"),
-    ):
-        if name.endswith(suffix):
-            return kind
-    return None
-
-
-def _pairs(dataset: Any, cfg: DataConfig, origin: str) -> list[Pair]:
-    """Rows in the flat {"en", "es"} or nested {"translation": {...}} schema as pairs."""
-    columns = dataset.column_names
-    pairs = None
-    if cfg.src_lang in columns and cfg.tgt_lang in columns:
-        pairs = list(zip(dataset[cfg.src_lang], dataset[cfg.tgt_lang]))
-    elif "translation" in columns:
-        rows = dataset["translation"]
-        if rows and cfg.src_lang in rows[0] and cfg.tgt_lang in rows[0]:
-            pairs = [(r[cfg.src_lang], r[cfg.tgt_lang]) for r in rows]
-    if pairs is None:
-        raise MtError(
-            f"{origin}: no '{cfg.src_lang}' and '{cfg.tgt_lang}' fields "
-            f"(columns: {', '.join(columns)})"
-        )
-    for number, pair in enumerate(pairs, start=1):
-        for lang, text in zip((cfg.src_lang, cfg.tgt_lang), pair):
-            if not isinstance(text, str | None):  # None: a missing value, cleaned away
-                raise ConfigError(
-                    f"{origin}: row {number}: '{lang}' is {type(text).__name__}, not text"
-                )
-    return pairs
-
-
-# ---------------------------------------------------------------------------- cleaning
-
-
-def normalize(text: str | None) -> str:
-    """Unicode NFC with whitespace runs collapsed to one space and the ends trimmed."""
-    return " ".join(unicodedata.normalize("NFC", text or "").split())
-
-
-def clean(pairs: Sequence[Pair], drops: dict[str, int]) -> list[Pair]:
-    """Normalise both sides; drop pairs with an empty side (counted in drops['empty'])."""
-    kept = []
-    for src, tgt in tqdm(pairs, desc="clean", unit=" pairs", disable=None, leave=False):
-        src, tgt = normalize(src), normalize(tgt)
-        if src and tgt:
-            kept.append((src, tgt))
-    drops["empty"] = drops.get("empty", 0) + len(pairs) - len(kept)
-    return kept
+    tokenizers: tuple[Tokenizer, Tokenizer]
+    data: DataConfig
 
 
 def source_key(text: str) -> str:
@@ -207,54 +86,17 @@ def source_key(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def split_by_source(
-    pairs: Sequence[Pair], sizes: dict[str, int], seed: int
-) -> dict[str, list[Pair]]:
-    """Cut held-out splits from `pairs`, keeping every source sentence's pairs together.
-
-    Groups are visited in an order fixed by a seeded hash of their key, so the split is the
-    same on every machine and Python version; a group goes whole to one split, hence no source
-    sentence of a held-out split occurs in train. Held-out splits are filled to their exact size
-    where group sizes allow; original row order is kept inside each split.
-    """
-    wanted = sum(sizes.values())
-    if wanted >= len(pairs):
-        names = " + ".join(f"data.{name}_size" for name in sizes)
-        raise ConfigError(f"{names} ({wanted}) is not smaller than the corpus ({len(pairs)} pairs)")
-    groups: dict[str, list[int]] = {}
-    for i, (src, _) in enumerate(pairs):
-        groups.setdefault(source_key(src), []).append(i)
-    order = sorted(groups, key=lambda k: hashlib.blake2b(f"{seed}\t{k}".encode()).digest())
-    chosen: dict[str, list[int]] = {name: [] for name in sizes}
-    taken: set[int] = set()
-    for name, size in sizes.items():
-        for key in order:
-            members = groups[key]
-            if len(chosen[name]) + len(members) <= size and members[0] not in taken:
-                chosen[name] += members
-                taken.update(members)
-                if len(chosen[name]) == size:
-                    break
-    out = {name: [pairs[i] for i in sorted(idx)] for name, idx in chosen.items()}
-    out["train"] = [p for i, p in enumerate(pairs) if i not in taken]
-    return out
-
-
-def dedup(pairs: Sequence[Pair]) -> list[Pair]:
-    """Exact duplicate pairs removed, first occurrence kept."""
-    return list(dict.fromkeys(pairs))
-
-
 # ---------------------------------------------------------------------------- pipeline
 
 
 def fingerprint(config: Config) -> str:
-    """Hash of everything that shapes the prepared data: settings, seed and input files."""
+    """Hash of everything that shapes the prepared data: settings, seed and input files
+    (not data.workers: any number of them writes the same store)."""
     data = config.data
     inputs: dict[str, Any] = {
         "version": CACHE_VERSION,
         "seed": config.run.seed,
-        "data": dataclasses.asdict(data),
+        "data": {k: v for k, v in dataclasses.asdict(data).items() if k != "workers"},
         # dropout does not shape the cache; bpe hashes as it did before tokenizer.model existed
         "tokenizer": {
             k: v
@@ -266,7 +108,10 @@ def fingerprint(config: Config) -> str:
         inputs["init"] = [config.train.init, config.train.old_share]
     if data.source == "files":
         inputs["files"] = {
-            name: [_file_id(f) for f in getattr(data.files, name) or []] for name in SPLITS
+            name: [
+                _file_id(f) for e in getattr(data.files, name) or [] for f in entry_files(e, data)
+            ]
+            for name in SPLITS
         }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -281,14 +126,16 @@ def inputs_of(config: Config) -> dict[str, Any]:
     )
     return {
         "data_fingerprint": fingerprint(config),
-        "tokenizers": {p.name: _sha256(p) if p.is_file() else None for p in files},
+        "tokenizers": {p.name: _sha256(p.read_bytes()) if p.is_file() else None for p in files},
     }
 
 
-def prepare(config: Config, rebuild: bool = False, write: bool = True) -> Prepared:
+def prepare(
+    config: Config, rebuild: bool = False, write: bool = True, base: Base | None = None
+) -> Prepared:
     """Load the cached data of this config, or build and cache it; then (with `write`, which
     only one process of a run may do) describe the run folder: config.yaml and README.md.
-    Nothing is written before the data step has succeeded."""
+    Nothing is written before the data step has succeeded. `base`: a fine-tuned run's."""
     run_dir = Path(config.run.dir)
     cache = run_dir / "data"
     fp = fingerprint(config)
@@ -299,11 +146,36 @@ def prepare(config: Config, rebuild: bool = False, write: bool = True) -> Prepar
     if prepared is None and not write:
         raise MtError(f"{cache}: no prepared data for this config; run mt prepare first")
     if prepared is None:
-        prepared = _build(config, fp)
-        _write_cache(prepared, cache, tok_files)
+        prepared = _build_cache(config, fp, cache, tok_files, base)
     if write:
         atomic_write_text(run_dir / "config.yaml", dump_config(config))
         atomic_write_text(run_dir / "README.md", RUN_README.format(tokenizer=tok_files[0].name))
+    return prepared
+
+
+def _build_cache(
+    config: Config, fp: str, cache: Path, tok_files: tuple[Path, Path], base: Base | None
+) -> Prepared:
+    """Build the store in a temporary folder that replaces `cache` when complete, then the
+    tokenizer files; a failure leaves no run folder that was not there before."""
+    created = not cache.parent.exists()
+    try:
+        with atomic_path(cache) as tmp:
+            tmp.mkdir()
+            meta, tokenizers = _build(config, fp, tmp, base)
+            texts = [t.to_str(pretty=True) for t in tokenizers]
+            meta["tokenizers"] = {p.name: _sha256(t.encode()) for p, t in zip(tok_files, texts)}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
+        if created:
+            remove(cache.parent)
+        raise
+    for path, text in zip(tok_files, texts):  # after the store: a failure leaves it stale
+        atomic_write_text(path, text)
+    prepared = _load_cache(cache, fp, tok_files)
+    if prepared is None:
+        raise MtError(f"{cache}: the data just prepared cannot be read back")
+    prepared.reused = False
     return prepared
 
 
@@ -321,7 +193,10 @@ RUN_README = """\
   Ids 0-3 are <pad> <s> </s> <unk>. The decoder starts from <s>; `tok.decode(ids)` drops
   the special tokens.
 - `init.json` (fine-tuned runs only): the checkpoint the run started from.
-- `data/`: the cleaned, split and encoded corpus (`meta.json` holds its statistics).
+- `data/`: the cleaned, split and encoded corpus: per split and side, `*.tokens` (token ids,
+  uint16, or int32 for vocabularies over 65,536) and `*.offsets` (int64, where each sentence
+  begins), for `numpy.memmap`; `valid.jsonl` and `test.jsonl` hold their text; `meta.json`
+  the statistics and the layout.
 - `metrics.jsonl`: one JSON object a line, `"kind": "train"` or `"valid"`.
 - `checkpoints/step-N/`: `model.safetensors` (weights; its metadata holds the config and both
   tokenizers) and `trainer.pt` (optimiser and position, for an exact resume). `last` and
@@ -329,82 +204,405 @@ RUN_README = """\
 """
 
 
-def _build(config: Config, fp: str) -> Prepared:
-    data = config.data
-    raw = load_raw(data)
-    if "train" not in raw:
-        raise MtError(f"{data.name}: the dataset has no 'train' split (splits: {', '.join(raw)})")
-    drops: dict[str, int] = {}
-    corpus = {name: clean(pairs, drops) for name, pairs in raw.items() if name in SPLITS}
-    missing = {f"{n}": getattr(data, f"{n}_size") for n in ("test", "valid") if n not in corpus}
-    if missing:
-        corpus.update(split_by_source(corpus.pop("train"), missing, config.run.seed))
-    train = dedup(corpus["train"])
-    drops["duplicate"] = len(corpus["train"]) - len(train)
-    if not train:
+def _build(
+    config: Config, fp: str, folder: Path, base: Base | None
+) -> tuple[dict[str, Any], tuple[Tokenizer, Tokenizer]]:
+    """Write the store into `folder`; its description (meta.json) and the tokenizers."""
+    data, seed = config.data, config.run.seed
+    found = corpora(data)
+    train = found.pop("train")
+    watched = {f: _file_id(f) for c in [*train, *itertools.chain(*found.values())] for f in c.files}
+    drops = {"empty": 0}
+    held = {  # given whole: small
+        name: clean(
+            [pair for c in found[name] for chunk in c.read() for pair in zip(*chunk)], drops
+        )
+        for name in HELD_OUT
+        if name in found
+    }
+    with _workers(data.workers) as run:
+        scanned = _scan(train, run, seed)
+        cut = _cut(scanned, {n: getattr(data, f"{n}_size") for n in HELD_OUT if n not in held})
+        if base and config.train.old_share:
+            kept = int(np.count_nonzero(_decide(scanned, cut) == TRAIN))
+            train.append(_old_corpus(base.data, config, kept, cut, held))
+            scanned = _merge(scanned, _scan(train[-1:], run, seed))
+    _check_unchanged(watched)
+    codes, raw = _decide(scanned, cut), scanned["raw"]
+    drops["empty"] += len(codes) - int(np.count_nonzero(scanned["nonempty"]))
+    drops["duplicate"] = int(np.count_nonzero(codes == DUPLICATE))
+    del scanned
+    if not np.any(codes == TRAIN):
         raise MtError("no training pairs are left after cleaning")
-    if config.train.old_share:
-        train = dedup(train + old_pairs(config, len(train), corpus["valid"] + corpus["test"]))
-    if config.train.init:  # fine-tuning: the vocabulary its model was trained with
-        from .checkpoint import read_tokenizers, resolve
+    _sample(codes, config.tokenizer.sample, seed)
+    tokenizers = base.tokenizers if base else _train_tokenizers(train, codes, raw, config)
+    layout, sizes, cut_pairs = _encode(train, codes, raw, tokenizers, data, folder, drops)
+    _check_unchanged(watched)
+    held = {**cut_pairs, **held}
+    store = {"train": layout}
+    store.update({n: _write_held_out(folder, n, held[n], tokenizers) for n in HELD_OUT})
+    stats = _stats(fp, store, drops, held, tokenizers)
+    return {"fingerprint": fp, "stats": stats, "store": store, "corpora": sizes}, tokenizers
 
-        src_tok, tgt_tok = read_tokenizers(resolve(config.train.init))
-    else:
-        src_tok, tgt_tok = tok.train_tokenizers(
-            [s for s, _ in train], [t for _, t in train], config.tokenizer
-        )
-    splits = {}
-    for name in SPLITS:
-        pairs = train if name == "train" else corpus[name]
-        src_text, tgt_text = [s for s, _ in pairs], [t for _, t in pairs]
-        src_ids, tgt_ids = tok.encode(src_tok, src_text), tok.encode(tgt_tok, tgt_text)
-        if name == "train":
-            keep = _length_filter(src_ids, tgt_ids, data.max_length, data.max_ratio, drops)
-            src_ids = [src_ids[i] for i in keep]
-            tgt_ids = [tgt_ids[i] for i in keep]
-            src_text, tgt_text = [], []  # the text of train is not needed after encoding
-        splits[name] = Split(
-            [np.asarray(x, np.int32) for x in src_ids],
-            [np.asarray(x, np.int32) for x in tgt_ids],
-            src_text,
-            tgt_text,
-        )
-    held_out = {
-        lang: [text for name in ("valid", "test") for text in getattr(splits[name], f"{lang}_text")]
-        for lang in ("src", "tgt")
-    }
-    stats = {
+
+def _stats(
+    fp: str,
+    store: dict[str, Any],
+    drops: dict[str, int],
+    held: dict[str, list[Pair]],
+    toks: tuple[Tokenizer, Tokenizer],
+) -> dict[str, Any]:
+    texts = [[pair[i] for name in HELD_OUT for pair in held[name]] for i in (0, 1)]
+    return {
         "fingerprint": fp,
-        "pairs": {name: len(split) for name, split in splits.items()},
+        "pairs": {name: store[name]["pairs"] for name in SPLITS},
         "dropped": drops,
-        "tokens": {
-            name: {"src": int(sum(map(len, s.src))), "tgt": int(sum(map(len, s.tgt)))}
-            for name, s in splits.items()
-        },
-        "vocab_size": {"src": src_tok.get_vocab_size(), "tgt": tgt_tok.get_vocab_size()},
+        "tokens": {name: store[name]["tokens"] for name in SPLITS},
+        "vocab_size": {"src": toks[0].get_vocab_size(), "tgt": toks[1].get_vocab_size()},
         "round_trip": {
-            "src": tok.round_trip_rate(src_tok, held_out["src"]),
-            "tgt": tok.round_trip_rate(tgt_tok, held_out["tgt"]),
-            "sentences": len(held_out["src"]) + len(held_out["tgt"]),
+            "src": tok.round_trip_rate(toks[0], texts[0]),
+            "tgt": tok.round_trip_rate(toks[1], texts[1]),
+            "sentences": len(texts[0]) + len(texts[1]),
         },
     }
-    return Prepared(splits, src_tok, tgt_tok, stats, reused=False)
 
 
-def old_pairs(config: Config, new: int, held_out: Sequence[Pair]) -> list[Pair]:
+def clean(pairs: Sequence[Pair], drops: dict[str, int]) -> list[Pair]:
+    """Normalise both sides; drop pairs with an empty side (counted in drops['empty'])."""
+    kept = []
+    for src, tgt in pairs:
+        src, tgt = normalize(src), normalize(tgt)
+        if src and tgt:
+            kept.append((src, tgt))
+    drops["empty"] = drops.get("empty", 0) + len(pairs) - len(kept)
+    return kept
+
+
+def dedup(pairs: Sequence[Pair]) -> list[Pair]:
+    """Exact duplicate pairs removed, first occurrence kept."""
+    return list(dict.fromkeys(pairs))
+
+
+# ---------------------------------------------------------------------------- the passes
+
+
+def _scan(train: list[Corpus], run: Callable, seed: int) -> dict[str, Any]:
+    """Pass 1: per raw pair whether it has text on both sides; per such pair its hash and its
+    source's (seeded); and how many raw pairs each corpus has."""
+    parts, raw = [], []
+    meter = _Meter("scan", None)
+    for corpus in train:
+        count = 0
+        for part in run(_scan_chunk, ((chunk, seed) for chunk in corpus.read())):
+            parts.append(part)
+            count += len(part[0])
+            meter.update(len(part[0]))
+        raw.append(count)
+    meter.close()
+    kinds = (bool, np.uint64, np.uint64)
+    nonempty, pair, src = (
+        np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, kind)
+        for k, kind in enumerate(kinds)
+    )
+    return {"nonempty": nonempty, "pair": pair, "src": src, "raw": raw, "first": _first(pair)}
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = {k: np.concatenate([a[k], b[k]]) for k in ("nonempty", "pair", "src")}
+    return {**out, "raw": a["raw"] + b["raw"], "first": _first(out["pair"])}
+
+
+def _first(hashes: np.ndarray) -> np.ndarray:
+    """Whether each pair is the first with its hash (a stable sort: the first occurrence)."""
+    first = np.zeros(len(hashes), bool)
+    first[np.unique(hashes, return_index=True)[1]] = True
+    return first
+
+
+def _cut(scanned: dict[str, Any], sizes: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Source-hash ranges [lo, hi) of the held-out splits cut from train: the distinct pairs'
+    source hashes sorted, each split takes the next `size` of them, ending before a hash
+    (a whole source sentence, all its pairs) so that groups are never cut in two."""
+    if not sizes:
+        return {}
+    hashes = np.sort(scanned["src"][scanned["first"]])
+    wanted = sum(sizes.values())
+    if wanted >= len(hashes):
+        names = " + ".join(f"data.{name}_size" for name in sizes)
+        raise ConfigError(
+            f"{names} ({wanted}) is not smaller than the corpus ({len(hashes)} pairs)"
+        )
+    cut, lo, at = {}, 0, 0
+    for name, size in sizes.items():
+        hi = int(hashes[at + size])
+        cut[name], lo, at = (lo, hi), hi, int(np.searchsorted(hashes, hi))
+    return cut
+
+
+def _decide(scanned: dict[str, Any], cut: dict[str, tuple[int, int]]) -> np.ndarray:
+    """What becomes of each raw pair: EMPTY, DUPLICATE, VALID, TEST or TRAIN."""
+    first, src = scanned["first"], scanned["src"]
+    inner = np.where(first, TRAIN, DUPLICATE).astype(np.uint8)
+    for name, (lo, hi) in cut.items():
+        inner[first & (src >= lo) & (src < hi)] = HELD_OUT[name]
+    codes = np.full(len(scanned["nonempty"]), EMPTY, np.uint8)
+    codes[scanned["nonempty"]] = inner
+    return codes
+
+
+def _sample(codes: np.ndarray, size: int, seed: int) -> None:
+    """Mark a seeded sample of `size` training pairs (all, if fewer) SAMPLED."""
+    train = np.flatnonzero(codes == TRAIN)
+    if len(train) > size:
+        train = train[np.random.default_rng([seed, 3]).choice(len(train), size, replace=False)]
+    codes[train] = SAMPLED
+
+
+def _train_tokenizers(
+    train: list[Corpus], codes: np.ndarray, raw: list[int], config: Config
+) -> tuple[Tokenizer, Tokenizer]:
+    """Pass 2: the sample's text, read in corpus order, then the tokenizers learnt from it."""
+    src, tgt = [], []
+    meter = _Meter("sample", len(codes))
+    for _, (raw_src, raw_tgt), part in _coded(train, codes, raw):
+        for i in np.flatnonzero(part == SAMPLED).tolist():
+            src.append(normalize(raw_src[i]))
+            tgt.append(normalize(raw_tgt[i]))
+        meter.update(len(part))
+    meter.close()
+    return tok.train_tokenizers(src, tgt, config.tokenizer)
+
+
+def _encode(
+    train: list[Corpus],
+    codes: np.ndarray,
+    raw: list[int],
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    data: DataConfig,
+    folder: Path,
+    drops: dict[str, int],
+) -> tuple[dict[str, Any], list[list[Any]], dict[str, list[Pair]]]:
+    """Pass 3, in `data.workers` processes: train encoded into the store, filtered by length
+    and ratio; its layout, each corpus's (pairs, weight), and the held-out pairs cut."""
+    writer = SplitWriter(folder, "train", token_dtype(max(t.get_vocab_size() for t in tokenizers)))
+    held: dict[str, list[Pair]] = {name: [] for name in HELD_OUT}
+    sizes = [[0, corpus.weight] for corpus in train]
+    meter = _Meter("encode", len(codes))
+    drops.update(too_long=0, ratio=0)
+    limits = data.max_length, data.max_ratio
+    with _workers(data.workers, tokenizers) as run:
+        work = ((chunk, part, *limits, i) for i, chunk, part in _coded(train, codes, raw))
+        for out in run(_encode_chunk, work):
+            writer.append(out["train"])
+            sizes[out["corpus"]][0] += len(out["train"]["src"][1])
+            for key in ("too_long", "ratio"):
+                drops[key] += out[key]
+            for name in HELD_OUT:
+                held[name] += out[name]
+            meter.update(out["pairs"])
+    meter.close()
+    return writer.close(), sizes, held
+
+
+def _coded(
+    train: list[Corpus], codes: np.ndarray, raw: list[int]
+) -> Iterator[tuple[int, Chunk, np.ndarray]]:
+    """Each corpus's chunks again, with their pairs' codes; a corpus that does not give as
+    many pairs as it did in the scan changed meanwhile."""
+    at = 0
+    for i, (corpus, count) in enumerate(zip(train, raw)):
+        seen = 0
+        for chunk in corpus.read():
+            seen += len(chunk[0])
+            if seen > count:
+                break
+            yield i, chunk, codes[at : at + len(chunk[0])]
+            at += len(chunk[0])
+        if seen != count:
+            raise ConfigError(f"{corpus.name}: {_CHANGED}")
+
+
+_CHANGED = "changed while it was being prepared; prepare again"
+
+
+def _check_unchanged(watched: dict[str, list[Any]]) -> None:
+    for file, seen in watched.items():
+        if _file_id(file) != seen:
+            raise ConfigError(f"data.files: {file}: {_CHANGED}")
+
+
+# ---------------------------------------------------------------------------- workers
+
+_TOKENIZERS: tuple[Tokenizer, ...] = ()  # a worker's, for `_encode_chunk`
+
+
+@contextmanager
+def _workers(count: int, tokenizers: tuple[Tokenizer, ...] = ()) -> Iterator[Callable]:
+    """`run(fn, items)`: fn(*item) of each item, in order, in `count` processes (0: one per
+    core; 1: this one), at most two tasks a process ahead so that memory stays bounded
+    (`Pool.imap` would read the whole corpus ahead)."""
+    count = count or len(os.sched_getaffinity(0))
+    texts = tuple(t.to_str() for t in tokenizers)
+    if count == 1:
+        _start_worker(texts)
+        yield lambda fn, items: (fn(*item) for item in items)
+        return
+    with _forked(count, texts) as pool:
+
+        def run(fn: Callable, items: Iterator[tuple]) -> Iterator[Any]:
+            pending: deque = deque()
+            for item in items:
+                pending.append(pool.apply_async(fn, item))
+                if len(pending) > 2 * count:
+                    yield pending.popleft().get()
+            while pending:
+                yield pending.popleft().get()
+
+        yield run
+
+
+@contextmanager
+def _forked(count: int, texts: tuple[str, ...]) -> Iterator[Any]:
+    """A pool of forked processes (spawned ones would import the caller's __main__, which a
+    script without a main guard runs again); `tokenizers` is told that its threads are not
+    wanted there (else it warns at the fork), and only there."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        pool = multiprocessing.get_context("fork").Pool(count, _start_worker, (texts,))
+    finally:
+        if before is None:
+            del os.environ["TOKENIZERS_PARALLELISM"]
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+    with pool:
+        yield pool
+
+
+def _start_worker(texts: tuple[str, ...]) -> None:
+    global _TOKENIZERS
+    _TOKENIZERS = tuple(Tokenizer.from_str(t) for t in texts)
+
+
+def _scan_chunk(chunk: Chunk, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Whether each pair has text on both sides; the hashes of those that do, and of their
+    source sentences (keyed by the seed)."""
+    src, tgt = ([normalize(text) for text in side] for side in chunk)
+    nonempty = np.array([bool(s and t) for s, t in zip(src, tgt)], bool)
+    kept = [(s, t) for s, t, k in zip(src, tgt, nonempty.tolist()) if k]
+    pairs = _hashes([f"{s}\t{t}" for s, t in kept], b"")
+    return nonempty, pairs, _hashes([source_key(s) for s, _ in kept], str(seed).encode())
+
+
+def _hashes(texts: list[str], key: bytes) -> np.ndarray:
+    digests = b"".join(hashlib.blake2b(t.encode(), digest_size=8, key=key).digest() for t in texts)
+    return np.frombuffer(digests, "<u8").astype(np.uint64)
+
+
+def _encode_chunk(
+    chunk: Chunk, codes: np.ndarray, max_length: int, max_ratio: float, corpus: int
+) -> dict[str, Any]:
+    """A chunk's training pairs encoded (flat ids and lengths a side), filtered by length and
+    ratio; its held-out pairs as text."""
+    picked = {code: np.flatnonzero(codes == code).tolist() for code in (VALID, TEST)}
+    train = np.flatnonzero((codes == TRAIN) | (codes == SAMPLED)).tolist()
+    texts = [[normalize(side[i]) for i in train] for side in chunk]
+    ids = [tok.encode(t, side) for t, side in zip(_TOKENIZERS, texts)]
+    lengths = [np.fromiter(map(len, side), np.int64, len(side)) for side in ids]
+    drops: dict[str, int] = {}
+    keep = _length_filter(*lengths, max_length, max_ratio, drops)
+    out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops, "train": {}}
+    for name, side, length in zip(("src", "tgt"), ids, lengths):
+        kept = [side[i] for i in np.flatnonzero(keep).tolist()]
+        out["train"][name] = (
+            np.fromiter(itertools.chain.from_iterable(kept), np.int32),
+            length[keep],
+        )
+    for name, code in HELD_OUT.items():
+        out[name] = [(normalize(chunk[0][i]), normalize(chunk[1][i])) for i in picked[code]]
+    return out
+
+
+def _length_filter(
+    src_len: np.ndarray, tgt_len: np.ndarray, max_length: int, max_ratio: float, drops: dict
+) -> np.ndarray:
+    """Which pairs are within the length and ratio limits; the rest are counted in drops."""
+    too_long = (src_len > max_length) | (tgt_len > max_length)
+    ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
+    bad_ratio = ~too_long & (ratio > max_ratio)
+    drops["too_long"] = int(too_long.sum())
+    drops["ratio"] = int(bad_ratio.sum())
+    return ~(too_long | bad_ratio)
+
+
+class _Meter:
+    """Pairs done in a pass: a bar with pairs/s and the time left on a terminal; off one, a
+    plain line every PERIOD seconds."""
+
+    def __init__(self, desc: str, total: int | None) -> None:
+        self.desc, self.total, self.done = desc, total, 0
+        self.start = self.said = time.monotonic()
+        self.bar = tqdm(
+            total=total, desc=desc, unit=" pairs", unit_scale=True, disable=None, leave=False
+        )
+
+    def update(self, n: int) -> None:
+        self.bar.update(n)
+        self.done += n
+        now = time.monotonic()
+        if self.bar.disable and now - self.said >= PERIOD:
+            self.said, rate = now, self.done / max(now - self.start, 1e-9)
+            left = f", {(self.total - self.done) / rate / 60:.1f} min left" if self.total else ""
+            print(
+                f"prepare: {self.desc} {self.done:,} pairs, {rate:,.0f} pairs/s{left}",
+                file=sys.stderr,
+            )
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+# ---------------------------------------------------------------------------- held out, old data
+
+
+def _write_held_out(
+    folder: Path, name: str, pairs: list[Pair], tokenizers: tuple[Tokenizer, Tokenizer]
+) -> dict[str, Any]:
+    """A held-out split (small): its ids into the store, its text beside."""
+    writer = SplitWriter(folder, name, token_dtype(max(t.get_vocab_size() for t in tokenizers)))
+    sides = {}
+    for side, tokenizer, texts in zip(
+        ("src", "tgt"), tokenizers, zip(*pairs) if pairs else ([], [])
+    ):
+        ids = tok.encode(tokenizer, texts)
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32)
+        sides[side] = flat, np.fromiter(map(len, ids), np.int64, len(ids))
+    writer.append(sides)
+    with open(folder / f"{name}.jsonl", "w", encoding="utf-8") as f:
+        for src, tgt in pairs:
+            f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
+    return writer.close()
+
+
+def _old_corpus(
+    old: DataConfig, config: Config, new: int, cut: dict, held: dict[str, list[Pair]]
+) -> Corpus:
     """Pairs of train.init's own training corpus, a seeded sample that makes `train.old_share`
     of the training pairs beside `new` new ones (all there are, if fewer), none with the source
     of a held-out pair: rehearsing the old data makes fine-tuning forget less of it."""
-    from .checkpoint import read_config
-
-    share = config.train.old_share
-    old = read_config(config.train.init).data
+    share, seed = config.train.old_share, config.run.seed
     pairs = dedup(clean(load_raw(old).get("train", []), {}))
-    keys = {source_key(src) for src, _ in held_out}
-    pairs = [pair for pair in pairs if source_key(pair[0]) not in keys]
+    key = str(seed).encode()
+    hashes = _hashes([source_key(s) for s, _ in pairs], key)
+    out = np.isin(hashes, _hashes([source_key(s) for p in held.values() for s, _ in p], key))
+    for lo, hi in cut.values():
+        out |= (hashes >= lo) & (hashes < hi)
+    pairs = [pair for pair, o in zip(pairs, out.tolist()) if not o]
     count = min(len(pairs), round(new * share / (1 - share)))
-    pick = np.random.default_rng(config.run.seed).choice(len(pairs), count, replace=False)
-    return [pairs[i] for i in sorted(pick)]
+    pick = np.random.default_rng(seed).choice(len(pairs), count, replace=False)
+    chosen = [pairs[i] for i in sorted(pick)]
+    chunk = [s for s, _ in chosen], [t for _, t in chosen]
+    return Corpus("train.init's corpus", [], None, lambda: iter([chunk] if chosen else []))
 
 
 def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split] | None:
@@ -425,151 +623,35 @@ def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split]
         return Split(
             [s if ok else old for s, old, ok in zip(src, train.src, fits)],
             [t if ok else old for t, old, ok in zip(tgt, train.tgt, fits)],
+            corpora=train.corpora,
         )
 
     return epoch_split
 
 
-def _length_filter(
-    src: list[list[int]],
-    tgt: list[list[int]],
-    max_length: int,
-    max_ratio: float,
-    drops: dict[str, int],
-) -> list[int]:
-    """Indices of pairs within the length and ratio limits; the rest are counted in drops."""
-    src_len = np.fromiter(map(len, src), np.int64, len(src))
-    tgt_len = np.fromiter(map(len, tgt), np.int64, len(tgt))
-    too_long = (src_len > max_length) | (tgt_len > max_length)
-    ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
-    bad_ratio = ~too_long & (ratio > max_ratio)
-    drops["too_long"] = int(too_long.sum())
-    drops["ratio"] = int(bad_ratio.sum())
-    return np.flatnonzero(~(too_long | bad_ratio)).tolist()
-
-
 # ---------------------------------------------------------------------------- cache
-
-
-def _write_cache(prepared: Prepared, cache: Path, tok_files: tuple[Path, Path]) -> None:
-    """Write into a temporary folder, then swap it in: an interrupted write leaves the old cache."""
-    with atomic_path(cache) as tmp:
-        tmp.mkdir()
-        for name, split in prepared.splits.items():
-            np.savez(
-                tmp / f"{name}.npz", **_flatten(split.src, "src"), **_flatten(split.tgt, "tgt")
-            )
-            if split.src_text:
-                with open(tmp / f"{name}.jsonl", "w", encoding="utf-8") as f:
-                    for src, tgt in zip(split.src_text, split.tgt_text):
-                        f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
-        for path, tokenizer in zip(tok_files, (prepared.src_tokenizer, prepared.tgt_tokenizer)):
-            atomic_write_text(path, tokenizer.to_str(pretty=True))
-        meta = {
-            "fingerprint": prepared.stats["fingerprint"],
-            "stats": prepared.stats,
-            "tokenizers": {p.name: _sha256(p) for p in tok_files},
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
 def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared | None:
     try:
         meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
         if meta["fingerprint"] != fp or any(
-            not p.is_file() or _sha256(p) != meta["tokenizers"].get(p.name) for p in tok_files
+            not p.is_file() or _sha256(p.read_bytes()) != meta["tokenizers"].get(p.name)
+            for p in tok_files
         ):
             return None
-        splits = {}
-        for name in SPLITS:
-            arrays = np.load(cache / f"{name}.npz")
-            texts = list(_read_jsonl(cache / f"{name}.jsonl")) if name != "train" else []
-            splits[name] = Split(
-                _unflatten(arrays, "src"),
-                _unflatten(arrays, "tgt"),
-                [t["src"] for t in texts],
-                [t["tgt"] for t in texts],
-            )
+        splits = {name: open_split(cache, name, meta["store"][name]) for name in SPLITS}
+        for name in HELD_OUT:
+            texts = list(read_jsonl(cache / f"{name}.jsonl"))
+            splits[name].src_text = [t["src"] for t in texts]
+            splits[name].tgt_text = [t["tgt"] for t in texts]
+            if len(texts) != len(splits[name]):
+                return None
+        splits["train"].corpora = [(int(n), w) for n, w in meta["corpora"]]
         src_tok, tgt_tok = (Tokenizer.from_file(str(p)) for p in tok_files)
-    except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile, MtError):
+    except (OSError, KeyError, ValueError, TypeError, EOFError, MtError):
         return None  # missing or damaged cache: rebuild it
     return Prepared(splits, src_tok, tgt_tok, meta["stats"], reused=True)
-
-
-def _flatten(seqs: list[np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))
-    flat = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
-    return {f"{prefix}_ids": flat.astype(np.int32), f"{prefix}_lengths": lengths}
-
-
-def _unflatten(arrays: Any, prefix: str) -> list[np.ndarray]:
-    ids, lengths = arrays[f"{prefix}_ids"], arrays[f"{prefix}_lengths"]
-    return np.split(ids, np.cumsum(lengths)[:-1]) if len(lengths) else []
-
-
-def read_pairs(files: list[str], cfg: DataConfig, key: str) -> list[Pair]:
-    """Normalised (source, target) pairs from files in any corpus format and schema that
-    training reads (`key` names the option they came from, for messages)."""
-    return [(normalize(src), normalize(tgt)) for src, tgt in _file_pairs(files, cfg, key)]
-
-
-def read_lines(path: str, option: str) -> list[str]:
-    """The lines of a UTF-8 text file, or of stdin for "-"; an encoding error or a NUL byte
-    (a binary file, not text: refused) names the file and the line."""
-    name = "stdin" if path == "-" else f"{option} {path}"
-    if path == "-":
-        stream = sys.stdin
-        data = (
-            stream.buffer.read()
-            if hasattr(stream, "buffer")
-            else stream.read().encode("utf-8", "surrogateescape")
-        )
-    elif not Path(path).is_file():
-        raise ConfigError(f"{option} {path}: no such file")
-    else:
-        data = Path(path).read_bytes()
-    return decode_text(data, name).splitlines()
-
-
-def decode_text(data: bytes, name: str, line: int = 1) -> str:
-    """UTF-8 text (a byte-order mark dropped), or a one-line error naming the line at fault
-    (`data` begins at line `line` of `name`)."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line += data[: e.start].count(b"\n")
-        byte = e.start - data.rfind(b"\n", 0, e.start) - 1  # counted from the line's start
-        why = f"{e.reason} at byte {byte} of the line"
-        raise ConfigError(f"{name}:{line}: not UTF-8 text ({why})") from None
-    if "\0" in text:
-        line += text[: text.index("\0")].count("\n")
-        raise ConfigError(f"{name}:{line}: a NUL byte, so not a text file; refusing it")
-    return text
-
-
-def read_pairs_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> list[Pair]:
-    """(source, target) pairs of a JSON Lines file, optionally gzipped, normalised."""
-    pairs = []
-    for number, row in enumerate(_read_jsonl(Path(path)), start=1):
-        if not isinstance(row, dict) or src_lang not in row or tgt_lang not in row:
-            raise MtError(f"{path}:{number}: expected an object with '{src_lang}' and '{tgt_lang}'")
-        pairs.append((normalize(row[src_lang]), normalize(row[tgt_lang])))
-    return pairs
-
-
-def _read_jsonl(path: Path, name: str = "") -> Iterator[Any]:
-    """The values of a JSON Lines file, optionally gzipped; a line that is not UTF-8 JSON is
-    an error naming `name` (the path by default) and the line."""
-    name = name or str(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        for number, data in enumerate(f, start=1):
-            line = decode_text(data, name, number)
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{name}:{number}: invalid JSON: {e.msg}") from None
 
 
 def _file_id(path: str) -> list[Any]:
@@ -580,66 +662,5 @@ def _file_id(path: str) -> list[Any]:
     return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-# ---------------------------------------------------------------------------- batching
-
-
-def token_batches(
-    src_lengths: np.ndarray,
-    tgt_lengths: np.ndarray,
-    max_tokens: int,
-    seed: int,
-    epoch: int,
-    shuffle: bool = True,
-) -> list[np.ndarray]:
-    """Sentence indices grouped into batches of at most `max_tokens` padded tokens.
-
-    Sentences are sorted by length (ties broken at random, so buckets differ between
-    epochs), packed greedily, and the batches are then shuffled. A batch costs
-    sentences x (longest source or target + 1 for EOS/BOS). The order depends only on
-    (seed, epoch): resuming rebuilds exactly the same epoch.
-    """
-    rng = np.random.default_rng([seed, epoch])
-    tie = rng.random(len(src_lengths)) if shuffle else np.arange(len(src_lengths))
-    order = np.lexsort((tie, src_lengths, tgt_lengths))
-    batches, start, longest = [], 0, 0
-    cost = np.maximum(src_lengths, tgt_lengths)[order] + 1
-    for i, c in enumerate(cost.tolist()):
-        longest_if_added = max(longest, c)
-        if i > start and (i - start + 1) * longest_if_added > max_tokens:
-            batches.append(order[start:i])
-            start, longest_if_added = i, c
-        longest = longest_if_added
-    if start < len(order):
-        batches.append(order[start:])
-    if shuffle:
-        batches = [batches[i] for i in rng.permutation(len(batches))]
-    return batches
-
-
-def collate(split: Split, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Padded arrays for a batch: src + EOS, BOS + tgt (decoder input), tgt + EOS (labels)."""
-    src = [split.src[i] for i in index]
-    tgt = [split.tgt[i] for i in index]
-    return pad_batch(src, suffix=EOS), pad_batch(tgt, prefix=BOS), pad_batch(tgt, suffix=EOS)
-
-
-def pad_batch(
-    seqs: Sequence[Sequence[int]], prefix: int | None = None, suffix: int | None = None
-) -> np.ndarray:
-    """Sequences as the rows of a PAD-filled (B, longest + extras) int64 array, each with an
-    optional token before (BOS) and after (EOS): one scatter, no loop over the rows."""
-    lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))  # (B,)
-    start = int(prefix is not None)
-    out = np.full((len(seqs), int(lengths.max()) + start + (suffix is not None)), PAD, np.int64)
-    columns = np.arange(out.shape[1])
-    # row-major order of the mask matches the order of the concatenated tokens
-    out[(columns >= start) & (columns < start + lengths[:, None])] = np.concatenate(seqs)
-    if prefix is not None:
-        out[:, 0] = prefix
-    if suffix is not None:
-        out[np.arange(len(seqs)), start + lengths] = suffix
-    return out
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

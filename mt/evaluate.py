@@ -8,7 +8,7 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 
 from .config import Config
-from .data import normalize, read_lines, read_pairs, read_pairs_jsonl
+from .corpus import normalize, read_lines, read_pairs, read_pairs_jsonl
 from .errors import ConfigError
 
 

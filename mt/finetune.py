@@ -2,7 +2,8 @@
 
 The new run takes the model's weights and tokenizers, and nothing else of its training: a
 fresh optimiser and schedule, its own data (to which `train.old_share` mixes some of the old
-corpus back, in `data.prepare`), its own run folder, where `init.json` says where it started.
+corpus back, in `data.prepare`, which `base` hands the model's tokenizers and old data
+config), its own run folder, where `init.json` says where it started.
 The model and tokenizer sections of its config must be the checkpoint's: they are what the
 weights mean. Once started, it resumes from its own checkpoints like any run.
 """
@@ -17,6 +18,7 @@ import torch
 
 from . import checkpoint
 from .config import Config, diff_configs
+from .data import Base
 from .errors import ConfigError
 from .files import atomic_write_text
 
@@ -54,6 +56,15 @@ def init_file(config: Config) -> Path | None:
             "a fine-tuned model keeps the model and tokenizer it starts from"
         )
     return file
+
+
+def base(config: Config) -> Base | None:
+    """What the data pipeline takes from train.init (None without one): its tokenizers, and
+    its data config, for train.old_share."""
+    if not config.train.init:
+        return None
+    file = checkpoint.resolve(config.train.init)
+    return Base(checkpoint.read_tokenizers(file), checkpoint.read_config(file).data)
 
 
 def start(model: torch.nn.Module, file: Path | None, config: Config, write: bool) -> None:

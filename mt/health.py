@@ -41,6 +41,7 @@ import torch
 
 from .config import Config, TrainConfig
 from .errors import ConfigError
+from .store import Sentences
 
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before the run is called diverged
 EXPLOSION = 100.0  # a window's gradient norm this many times the earlier median has exploded
@@ -100,7 +101,9 @@ def unigram_entropy(targets: Sequence[np.ndarray], end: int) -> float:
     labels the loss sees): the NLL of a model that ignores the source and the context."""
     if not targets:
         return 0.0
-    counts = np.bincount(np.concatenate([*targets, np.full(len(targets), end)]))
+    flat = targets.ids if isinstance(targets, Sentences) else np.concatenate(targets)  # a store's
+    counts = np.bincount(flat, minlength=end + 1)
+    counts[end] += len(targets)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
 

@@ -17,12 +17,14 @@ import torch
 from tokenizers import Tokenizer
 
 from . import tokenizer as tok
+from .batches import collate, token_batches
 from .config import DecodeConfig
-from .data import Pair, Split, collate, token_batches
+from .corpus import Pair
 from .decode import length_penalty
 from .device import autocast, precision_for
 from .errors import ConfigError
 from .model import PAD, Transformer
+from .store import Split
 
 
 @dataclass

@@ -13,8 +13,8 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from . import tokenizer as tok
+from .batches import pad_batch
 from .config import DecodeConfig
-from .data import pad_batch
 from .decode import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
 from .device import autocast, precision_for
 from .errors import MtError

@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from .batches import collate, token_batches
 from .config import Config
-from .data import Prepared, Split, collate, token_batches
+from .data import Prepared
 from .loss import smoothed_loss
 from .model import PAD, Transformer, max_length
+from .store import Split
 
 
 def validate(

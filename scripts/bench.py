@@ -4,6 +4,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
 --only and the page rebuilt from what is there):
 
   prepare  `mt prepare --rebuild` on the Tatoeba files: wall time and the data summary
+  scale    `mt prepare` on 100k, 1M and 5M aligned pairs and 20 updates of `mt train` on the
+           largest: time and peak memory (scripts/bench_prepare.py)
   speed    ours vs torch.nn.Transformer, training tokens/s on identical batches (one process)
   recipe   the 20-minute CPU recipe (configs/tatoeba_cpu.yaml) trained from scratch: the
            budget is its horizon, fitted on this machine as it runs
@@ -29,10 +31,13 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import yaml
+from bench_prepare import render as render_scale
+from bench_prepare import run as run_scale
 from bench_serve import render as render_serve
 from bench_train_speed import CPU_FLAGS, REFERENCE_THEN
 
@@ -97,6 +102,11 @@ def step_prepare(data: Path, results: dict) -> None:
         "dropped": stats["dropped"],
         "round_trip": stats["round_trip"],
     }
+
+
+def step_scale(data: Path, results: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="mt-bench-prepare-") as work:  # never the repo
+        results["scale"] = run_scale(data, [100_000, 1_000_000, 5_000_000], 20, Path(work))
 
 
 def step_speed(data: Path, results: dict) -> None:
@@ -428,6 +438,7 @@ def render(results: dict) -> str:
             "sentences.",
             "",
         ]
+    lines += render_scale(results.get("scale", {}))
     if "speed" in results:
         s = results["speed"]
         rows = [s, *s.get("reduced", [])]  # no "reduced" in results from before it was measured
@@ -679,7 +690,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
-        "--only", default="prepare,speed,recipe,fitted,quality,decode,budget,export,serve"
+        "--only", default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve"
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -689,6 +700,7 @@ def main() -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     steps = {
         "prepare": lambda: step_prepare(data, results),
+        "scale": lambda: step_scale(data, results),
         "speed": lambda: step_speed(data, results),
         "recipe": lambda: step_recipe(data, results, args.minutes),
         "fitted": lambda: step_fitted(data, results),

@@ -22,7 +22,7 @@ from bench_train_speed import reference_speed
 
 from mt import checkpoint
 from mt import tokenizer as tok
-from mt.data import read_pairs_jsonl
+from mt.corpus import read_pairs_jsonl
 from mt.translate import translate
 
 

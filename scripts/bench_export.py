@@ -34,7 +34,7 @@ def worker(
     import torch
 
     from mt import checkpoint, export
-    from mt.data import read_pairs_jsonl
+    from mt.corpus import read_pairs_jsonl
     from mt.evaluate import score
     from mt.translate import translate
 

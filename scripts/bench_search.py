@@ -38,7 +38,7 @@ def worker(spec: dict) -> None:
     import mt
     from mt import checkpoint
     from mt import tokenizer as tok
-    from mt.data import read_pairs_jsonl
+    from mt.corpus import read_pairs_jsonl
     from mt.device import precision_for
     from mt.translate import source_ids, translate_ids
 
@@ -183,7 +183,7 @@ def main() -> None:
     from bench import machine
     from bench_export import base_sized
 
-    from mt.data import read_pairs_jsonl
+    from mt.corpus import read_pairs_jsonl
 
     references = [r for _, r in read_pairs_jsonl(args.pairs, "en", "es")]
     implementations = {"ours": ROOT}

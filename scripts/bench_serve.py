@@ -207,7 +207,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs section too")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the server's
-    from mt.data import read_pairs_jsonl
+    from mt.corpus import read_pairs_jsonl
 
     sentences = [src for src, _ in read_pairs_jsonl(args.pairs, "en", "es")]
     runs = [one_batch(args.model, sentences, args.beam, args.threads)]

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from mt.batches import collate, token_batches
 from mt.config import load_config
-from mt.data import collate, prepare, token_batches
+from mt.data import prepare
 from mt.device import cpu_amx_bf16, cpu_flags, precision_for
 from mt.loss import smoothed_loss
 from mt.model import PAD, Transformer, sinusoids

@@ -25,7 +25,7 @@ def main() -> None:
     from bench import machine  # scripts/ is on the path of a script run from it
 
     from mt import checkpoint
-    from mt.data import read_pairs_jsonl
+    from mt.corpus import read_pairs_jsonl
     from mt.score import score_pairs
 
     loaded = checkpoint.load(args.checkpoint)

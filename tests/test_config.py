@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import write_jsonl
 
 from mt.config import (
     PACKAGED_CONFIGS,
@@ -18,7 +19,7 @@ from mt.config import (
     find_config_file,
     load_config,
 )
-from mt.data import split_by_source
+from mt.data import prepare
 from mt.errors import ConfigError, MtError
 
 
@@ -255,17 +256,23 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path, monkeypatch: pytest.M
     assert str(path) in message and "cannot read" in message and "Permission denied" in message
 
 
-def test_held_out_sizes_must_leave_training_pairs():
+def test_held_out_sizes_must_leave_training_pairs(tmp_path: Path):
     pairs = [(f"sentence {i}", f"frase {i}") for i in range(30)]
-    for sizes in ({"valid": 15, "test": 15}, {"valid": 20, "test": 20}, {"test": 30}):
+    corpus = write_jsonl(tmp_path / "c.jsonl", pairs)
+
+    def prepared(valid: int, test: int):
+        sets = [f"data.files.train={corpus}", f"run.dir={tmp_path / 'run'}"]
+        return prepare(
+            load_config("tiny", [*sets, f"data.valid_size={valid}", f"data.test_size={test}"])
+        )
+
+    for valid, test in ((15, 15), (20, 20), (0, 30)):
         with pytest.raises(ConfigError) as info:
-            split_by_source(pairs, sizes, seed=1)
+            prepared(valid, test)
         message = str(info.value)
         assert "\n" not in message and "30 pairs" in message
-        for name in sizes:
-            assert f"data.{name}_size" in message
-    split = split_by_source(pairs, {"valid": 15, "test": 14}, seed=1)
-    assert len(split["train"]) == 1
+        assert "data.valid_size" in message and "data.test_size" in message
+    assert prepared(15, 14).stats["pairs"] == {"train": 1, "valid": 15, "test": 14}
 
 
 # ---------------------------------------------------------------------------- round trips

@@ -24,23 +24,14 @@ from conftest import (
 )
 from tokenizers import Tokenizer
 
+from mt import corpus as corpus_module
 from mt import tokenizer as tok
+from mt.batches import Batches, Position, collate, token_batches
 from mt.config import SPECIAL_TOKENS, TokenizerConfig, load_config
-from mt.data import (
-    Split,
-    _length_filter,
-    clean,
-    collate,
-    dedup,
-    load_raw,
-    normalize,
-    prepare,
-    read_pairs_jsonl,
-    source_key,
-    split_by_source,
-    token_batches,
-)
+from mt.corpus import load_raw, normalize, read_pairs_jsonl
+from mt.data import _length_filter, clean, dedup, prepare, source_key
 from mt.errors import ConfigError, MtError
+from mt.store import Split, open_split
 
 try:
     from mt.model import BOS, EOS, PAD
@@ -126,13 +117,10 @@ def test_other_language_codes(tmp_path: Path):
     assert load_raw(config.data)["train"] == [(b, a) for a, b in PAIRS]
 
 
-def test_mixed_formats_are_a_config_error(corpus_file: Path, tmp_path: Path):
+def test_each_file_is_a_corpus_of_its_own_format(corpus_file: Path, tmp_path: Path):
     other = tmp_path / "more.csv"
     other.write_text("en,es\nHi.,Hola.\n", encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
-        raw_train(corpus_file, other)
-    message = str(info.value)
-    assert "data.files.train" in message and "one format" in message and "\n" not in message
+    assert raw_train(corpus_file, other) == [*PAIRS, ("Hi.", "Hola.")]
 
 
 def test_unknown_extension_is_a_config_error(tmp_path: Path):
@@ -205,6 +193,12 @@ def test_hub_source_loads_the_opus_books_schema(hub_standin: Path):
     assert raw["train"] == PAIRS
 
 
+def test_hub_source_streams_the_same_pairs(hub_standin: Path, monkeypatch):
+    monkeypatch.setattr(corpus_module, "CHUNK", 16)  # several chunks
+    streamed_raw = load_raw(hub_config(hub_standin, "data.streaming=true").data)
+    assert streamed_raw == {"train": PAIRS}
+
+
 def test_hub_source_prepares_with_held_out_splits_cut_from_train(hub_standin: Path, tmp_path: Path):
     config = hub_config(
         hub_standin, f"run.dir={tmp_path / 'run'}", "data.valid_size=5", "data.test_size=6"
@@ -262,12 +256,12 @@ def test_dedup_keeps_first_occurrences_in_order():
 
 
 def test_length_filter_counts():
-    src = [[1] * n for n in (3, 10, 4, 1, 2, 6, 0)]
-    tgt = [[1] * n for n in (3, 4, 11, 4, 8, 2, 1)]
+    src = np.array([3, 10, 4, 1, 2, 6, 0])
+    tgt = np.array([3, 4, 11, 4, 8, 2, 1])
     drops: dict[str, int] = {}
     keep = _length_filter(src, tgt, max_length=10, max_ratio=3.0, drops=drops)
     # 10/4 = 2.5 kept; 11 too long; 4/1 = 4 and 8/2 = 4 ratio; 6/2 = 3 kept; 0 vs 1 kept
-    assert keep == [0, 1, 5, 6]
+    assert np.flatnonzero(keep).tolist() == [0, 1, 5, 6]
     assert drops == {"too_long": 1, "ratio": 2}
 
 
@@ -327,38 +321,53 @@ def test_source_key_ignores_case_and_spacing():
     assert source_key("How are you?") != source_key("How are you!")
 
 
-def test_split_is_a_partition_with_exact_sizes_and_no_leakage():
+def streamed(pairs, tmp_path: Path, seed: int = 3, name: str = "run", **sizes: int):
+    """`prepare` of `pairs` (written as aligned text) with loose limits: its splits as text."""
+    (tmp_path / "c.en").write_text("\n".join(s for s, _ in pairs) + "\n", encoding="utf-8")
+    (tmp_path / "c.es").write_text("\n".join(t for _, t in pairs) + "\n", encoding="utf-8")
+    sets = [f"data.{key}_size={size}" for key, size in (sizes or SIZES).items()]
+    files = f"data.files.train=[{{en: {tmp_path / 'c.en'}, es: {tmp_path / 'c.es'}}}]"
+    loose = ["data.max_length=1000", "data.max_ratio=1000", *sets]
+    config = load_config("tiny", [files, f"run.dir={tmp_path / name}", f"run.seed={seed}", *loose])
+    prepared = prepare(config)
+    train, toks = prepared.splits["train"], (prepared.src_tokenizer, prepared.tgt_tokenizer)
+    texts = {
+        "train": list(zip(*(tok.decode(t, side) for t, side in zip(toks, (train.src, train.tgt)))))
+    }
+    for held in SIZES:
+        texts[held] = list(zip(prepared.splits[held].src_text, prepared.splits[held].tgt_text))
+    return texts, prepared.stats
+
+
+def test_streaming_split_and_dedup_keep_the_old_rules_without_leakage(tmp_path: Path):
     pairs = grouped_corpus()
-    split = split_by_source(pairs, SIZES, seed=3)
-    assert len(split["valid"]) == 50 and len(split["test"]) == 60
-    assert sorted(itertools.chain(*split.values())) == sorted(pairs)
-    train_keys = {key(s) for s, _ in split["train"]}
-    for name in SIZES:
-        assert not {key(s) for s, _ in split[name]} & train_keys
+    pairs += pairs[:30]  # duplicates, dropped wherever they are
+    split, stats = streamed(pairs, tmp_path)
+    assert stats["dropped"]["duplicate"] == 30
+    for name, size in SIZES.items():  # the size asked, less the rest of a group at the end
+        assert size - 3 <= len(split[name]) <= size
+    held = {key(s) for name in SIZES for s, _ in split[name]}
+    assert not {key(s) for s, _ in split["train"]} & held  # no leak
     assert not {key(s) for s, _ in split["valid"]} & {key(s) for s, _ in split["test"]}
+    # the old rules: duplicates dropped (the first kept), whole groups held out, row order kept
+    unique = dedup(clean(pairs, {}))
+    assert split["train"] == [p for p in unique if key(p[0]) not in held]
+    for name in SIZES:
+        assert split[name] == [p for p in unique if p in set(split[name])]
+    assert sum(len(part) for part in split.values()) == len(unique)
 
 
-def test_split_keeps_row_order_within_each_split():
+def test_streaming_split_depends_only_on_the_seed(tmp_path: Path):
     pairs = grouped_corpus()
-    position = {p: i for i, p in enumerate(pairs)}  # pairs are unique here
-    assert len(position) == len(pairs)
-    for part in split_by_source(pairs, SIZES, seed=3).values():
-        indices = [position[p] for p in part]
-        assert indices == sorted(indices)
+    first, _ = streamed(pairs, tmp_path, seed=3, name="a")
+    again, _ = streamed(pairs, tmp_path, seed=3, name="b")
+    other, _ = streamed(pairs, tmp_path, seed=4, name="c")
+    assert first == again and first["valid"] != other["valid"]
 
 
-def test_split_depends_only_on_the_seed():
-    pairs = grouped_corpus()
-    assert split_by_source(pairs, SIZES, seed=3) == split_by_source(list(pairs), SIZES, seed=3)
-    other = split_by_source(pairs, SIZES, seed=4)
-    assert other["valid"] != split_by_source(pairs, SIZES, seed=3)["valid"]
-
-
-def test_split_of_the_tiny_corpus_keeps_groups_whole():
-    pairs = clean(PAIRS, {})
-    for seed in range(10):
-        split = split_by_source(pairs, {"valid": 8, "test": 8}, seed)
-        assert len(split["valid"]) == 8 and len(split["test"]) == 8
+def test_split_of_the_tiny_corpus_keeps_groups_whole(tmp_path: Path):
+    for seed in range(5):
+        split, _ = streamed(clean(PAIRS, {}), tmp_path, seed, f"run{seed}", valid=8, test=8)
         where = {name for name, part in split.items() for s, _ in part if key(s) == "how are you?"}
         assert len(where) == 1  # all four translations of "How are you?" in one split
 
@@ -440,10 +449,11 @@ def test_token_batches_edge_cases():
 @needs_shared
 def test_padding_is_small_on_tatoeba(tatoeba_run):
     _, run_dir = tatoeba_run
-    arrays = np.load(run_dir / "data" / "train.npz")
-    src, tgt = arrays["src_lengths"], arrays["tgt_lengths"]
+    meta = json.loads((run_dir / "data" / "meta.json").read_text(encoding="utf-8"))
+    train = open_split(run_dir / "data", "train", meta["store"]["train"])
+    src, tgt = train.src.lengths(), train.tgt.lengths()
     assert len(src) > 100_000
-    batches = token_batches(src, tgt, 4096, seed=1, epoch=0)
+    batches = Batches(train, 4096, 1, Position()).epoch_batches(0)  # in maxi-batches
     for side in (src, tgt):
         padded = sum(len(b) * (int(side[b].max()) + 1) for b in batches)
         real = int((side + 1).sum())

@@ -13,7 +13,7 @@ from test_train import tiny_config
 
 from mt import checkpoint, export
 from mt.config import load_config
-from mt.data import read_pairs_jsonl
+from mt.corpus import read_pairs_jsonl
 from mt.train import train
 from mt.translate import translate_nbest
 

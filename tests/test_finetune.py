@@ -12,9 +12,10 @@ import torch
 from conftest import PAIRS, write_jsonl
 from test_train import tiny_config
 
-from mt import checkpoint
+from mt import checkpoint, finetune
 from mt.config import load_config
-from mt.data import normalize, prepare
+from mt.corpus import normalize
+from mt.data import prepare
 from mt.finetune import FROZEN
 from mt.score import score_ids, score_pairs
 from mt.train import Trainer, train
@@ -60,15 +61,17 @@ def test_finetuning_starts_from_the_checkpoint_learns_the_new_data_and_freezes(t
     assert len(losses) == 20 and sum(losses[-3:]) < sum(losses[:3]) - 1.5  # nats a token
     record = json.loads((run / "init.json").read_text())
     best = checkpoint.resolve(trained)  # a run folder starts from its best checkpoint
-    assert record == {"init": str(trained), "weights": str(best.resolve()), "step": 10}
+    step = int(best.resolve().parent.name.removeprefix("step-"))  # the best by validation
+    assert record == {"init": str(trained), "weights": str(best.resolve()), "step": step}
 
 
 def test_old_share_mixes_in_the_old_corpus(trained, tmp_path):
     new = write_jsonl(tmp_path / "new.jsonl", NEW_PAIRS)
-    alone = prepare(tiny_config(new, tmp_path / "a", f"train.init={trained}"))
-    mixed = prepare(
-        tiny_config(new, tmp_path / "b", f"train.init={trained}", "train.old_share=0.5")
-    )
+    configs = [
+        tiny_config(new, tmp_path / "a", f"train.init={trained}"),
+        tiny_config(new, tmp_path / "b", f"train.init={trained}", "train.old_share=0.5"),
+    ]
+    alone, mixed = (prepare(c, base=finetune.base(c)) for c in configs)
     assert len(mixed.splits["train"]) == 2 * len(alone.splits["train"])
     assert mixed.splits["valid"].src_text == alone.splits["valid"].src_text
 

@@ -8,12 +8,13 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 import mt.model
+from mt.batches import collate
 from mt.config import Config, ModelConfig, apply_override, validate
-from mt.data import Split, collate
 from mt.errors import ConfigError
 from mt.loss import smoothed_loss
 from mt.model import BOS, EOS, PAD, Transformer
 from mt.packing import Flat, PackedBatch, collate_packed, pack_rows, row_length
+from mt.store import Split
 
 VOCAB, LENGTH, ROWS = 40, 16, 3
 

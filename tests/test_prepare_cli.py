@@ -87,9 +87,11 @@ def test_run_folder_contents(cli, corpus_file: Path, tmp_path: Path):
     assert meta["fingerprint"] == stats["fingerprint"]
     assert meta["stats"] == without_reuse({k: stats[k] for k in meta["stats"]})
     for name in ("train", "valid", "test"):
-        arrays = np.load(run_dir / "data" / f"{name}.npz")
-        assert len(arrays["src_lengths"]) == stats["pairs"][name]
-        assert int(arrays["src_lengths"].sum()) == stats["tokens"][name]["src"]
+        offsets = np.fromfile(run_dir / "data" / f"{name}.src.offsets", np.int64)
+        tokens = np.fromfile(run_dir / "data" / f"{name}.src.tokens", np.uint16)
+        assert len(offsets) == stats["pairs"][name] + 1 and offsets[0] == 0
+        assert offsets[-1] == len(tokens) == stats["tokens"][name]["src"]
+        assert tokens.max() < stats["vocab_size"]["src"]
     valid = [json.loads(line) for line in (run_dir / "data" / "valid.jsonl").open(encoding="utf-8")]
     assert len(valid) == HELD_OUT and all(set(row) == {"src", "tgt"} for row in valid)
     assert not list(tmp_path.rglob("*.tmp-*")) and not list(tmp_path.rglob("*.old-*"))
@@ -157,10 +159,14 @@ def _truncate(path: Path) -> None:
 
 
 DAMAGE = {
-    "truncated train.npz": ("data/train.npz", _truncate),
-    "empty valid.npz": ("data/valid.npz", lambda p: p.write_bytes(b"")),
-    "garbage test.npz": ("data/test.npz", lambda p: p.write_bytes(b"not numpy at all")),
-    "missing train.npz": ("data/train.npz", Path.unlink),
+    "truncated train tokens": ("data/train.src.tokens", _truncate),
+    "empty valid offsets": ("data/valid.tgt.offsets", lambda p: p.write_bytes(b"")),
+    "garbage test offsets": ("data/test.src.offsets", lambda p: p.write_bytes(b"not numpy at all")),
+    "offsets of the right size, wrong": (
+        "data/train.tgt.offsets",
+        lambda p: p.write_bytes(bytes(p.stat().st_size)),
+    ),
+    "missing train tokens": ("data/train.tgt.tokens", Path.unlink),
     "bad JSON in meta.json": ("data/meta.json", lambda p: p.write_text("{", "utf-8")),
     "meta.json not an object": ("data/meta.json", lambda p: p.write_text("[1, 2]", "utf-8")),
     "bad line in valid.jsonl": ("data/valid.jsonl", lambda p: p.write_text("{oops\n", "utf-8")),

@@ -13,7 +13,7 @@ from conftest import HELD_OUT, PAIRS, TATOEBA_TRAIN, prepare_args
 from mt import checkpoint
 from mt import tokenizer as tok
 from mt.config import TokenizerConfig, load_config
-from mt.data import normalize
+from mt.corpus import normalize
 from mt.train import train
 
 

@@ -432,8 +432,8 @@ def test_validation_loss_keeps_eos_of_cut_sentences():
     import numpy as np
 
     from mt.config import ModelConfig
-    from mt.data import Split
     from mt.model import Transformer
+    from mt.store import Split
     from mt.validate import validation_loss
 
     model = Transformer(ModelConfig(d_model=16, heads=2, d_ff=32, max_positions=6), 50, 50).eval()

@@ -1,0 +1,135 @@
+"""The token store: each side of each split as one flat array of token ids and the offsets
+where its sentences begin, in files that training memory-maps (fairseq's
+MMapIndexedDataset), so that a corpus of any size is read without holding it: no Python
+object per sentence, pages read from disk as batches touch them.
+
+    <split>.<side>.tokens   uint16 while the vocabulary fits, else int32; no BOS/EOS
+    <split>.<side>.offsets  int64, sentences + 1: sentence i is tokens[offsets[i]:offsets[i+1]]
+
+`Split` is a view over them, with the text of valid and test (small) kept beside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from .packing import Flat
+
+SIDES = ("src", "tgt")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.int32)
+
+
+class Sentences(Sequence):
+    """One side of a split: sentence i's token ids are `ids[offsets[i]:offsets[i + 1]]`."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        self.ids, self.offsets = ids, offsets
+
+    @classmethod
+    def of(cls, seqs: Sequence[Sequence[int]]) -> Sentences:
+        """Sentences held in memory, from a list of id sequences."""
+        lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        ids = np.concatenate([np.asarray(s, np.int32) for s in seqs]) if len(seqs) else []
+        return cls(np.asarray(ids, np.int32), offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: Any) -> np.ndarray:
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+
+    def lengths(self, index: np.ndarray | None = None) -> np.ndarray:
+        """Tokens of every sentence, or of those of `index`."""
+        if index is None:
+            return np.diff(self.offsets)
+        return self.offsets[index + 1] - self.offsets[index]
+
+    def flat(self) -> Flat:
+        """The side as packed batches gather from it."""
+        return Flat(self.ids, self.offsets[:-1], self.lengths())
+
+
+@dataclass
+class Split:
+    """One split: token ids per sentence (no BOS/EOS) and, for valid/test, the text. Given
+    lists of id sequences, it holds them as `Sentences` in memory."""
+
+    src: Sentences
+    tgt: Sentences
+    src_text: list[str] = field(default_factory=list)
+    tgt_text: list[str] = field(default_factory=list)
+    # train: (pairs, weight) of each corpus in store order; weight None: its own size
+    corpora: list[tuple[int, float | None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        sides = self.src, self.tgt
+        self.src, self.tgt = (s if isinstance(s, Sentences) else Sentences.of(s) for s in sides)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+class SplitWriter:
+    """Appends encoded pairs of one split to its files, chunk by chunk."""
+
+    def __init__(self, folder: Path, name: str, dtype: np.dtype) -> None:
+        self.dtype, self.pairs = dtype, 0
+        self.tokens = dict.fromkeys(SIDES, 0)
+        self.files: dict[str, tuple[IO[bytes], IO[bytes]]] = {}
+        for side in SIDES:
+            ids, offsets = (  # closed by `close`; a failed build removes the folder
+                open(folder / f"{name}.{side}.{k}", "wb")  # noqa: SIM115
+                for k in ("tokens", "offsets")
+            )
+            offsets.write(np.zeros(1, np.int64).tobytes())
+            self.files[side] = ids, offsets
+
+    def append(self, sides: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+        """`sides`: per side, the chunk's flat ids and the length of each sentence."""
+        for side, (ids, lengths) in sides.items():
+            out_ids, out_offsets = self.files[side]
+            out_ids.write(ids.astype(self.dtype).tobytes())
+            out_offsets.write((self.tokens[side] + np.cumsum(lengths, dtype=np.int64)).tobytes())
+            self.tokens[side] += len(ids)
+        self.pairs += len(lengths)
+
+    def close(self) -> dict[str, Any]:
+        """Close the files; what `open_split` needs to read them."""
+        for f in (f for pair in self.files.values() for f in pair):
+            f.close()
+        return {"pairs": self.pairs, "tokens": self.tokens, "dtype": self.dtype.name}
+
+
+def open_split(folder: Path, name: str, layout: dict[str, Any]) -> Split:
+    """The split as written by `SplitWriter`, memory-mapped; ValueError if its files do not
+    have the sizes `layout` says (a damaged store)."""
+    sides = []
+    for side in SIDES:
+        ids = _map(
+            folder / f"{name}.{side}.tokens", np.dtype(layout["dtype"]), layout["tokens"][side]
+        )
+        offsets = _map(folder / f"{name}.{side}.offsets", np.dtype(np.int64), layout["pairs"] + 1)
+        if offsets[0] != 0 or offsets[-1] != len(ids):
+            raise ValueError(f"{name}.{side}: offsets do not match the tokens")
+        sides.append(Sentences(ids, offsets))
+    return Split(*sides)
+
+
+def _map(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
+    if path.stat().st_size != count * dtype.itemsize:
+        raise ValueError(f"{path}: {path.stat().st_size} bytes, not {count * dtype.itemsize}")
+    if count == 0:  # an empty file cannot be mapped
+        return np.zeros(0, dtype)
+    return np.memmap(path, dtype, "r", shape=(count,)).view(np.ndarray)  # slices: plain views
