@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from . import tokenizer as tok
-from .config import DecodeConfig
+from .config import DecodeConfig, ModelConfig
 from .data import pad_batch
 from .decode import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
 from .device import autocast, precision_for
@@ -73,15 +73,18 @@ def source_ids(model: Transformer, tokenizer: Tokenizer, texts: Sequence[str]) -
 CPU_BATCH_TOKENS = 4096  # decode.batch_tokens 0 (auto) on a CPU, where more is no faster
 
 
-def batch_tokens_for(cfg: DecodeConfig, model: Transformer, device: torch.device) -> int:
+def decode_batch_tokens(
+    cfg: DecodeConfig, model: ModelConfig, vocab_size: int, device: torch.device | str
+) -> int:
     """`decode.batch_tokens`, or where it is 0 (auto) the device's: 4096 on a CPU; on a GPU
     what a quarter of its free memory holds, at most 65,536 (plenty to fill an H100's step):
     per source token about two target positions of cached keys and values and four float32
-    copies of a row's logits, all in float32 (bf16 halves the first)."""
+    copies of a row's logits, all in float32 (bf16 halves the first). The one reading of the
+    key, for translating (either engine) and scoring."""
+    device = torch.device(device)
     if cfg.batch_tokens or device.type != "cuda":
         return cfg.batch_tokens or CPU_BATCH_TOKENS
-    m = model.cfg
-    per_token = 4 * (2 * 2 * m.decoder_layers * m.d_model + 4 * model.out.out_features)
+    per_token = 4 * (2 * 2 * model.decoder_layers * model.d_model + 4 * vocab_size)
     return max(CPU_BATCH_TOKENS, min(2**16, torch.cuda.mem_get_info(device)[0] // 4 // per_token))
 
 
@@ -102,7 +105,7 @@ def translate_ids(
     model.eval()
     results: list[list[Hypothesis]] = [[] for _ in ids]
     order = [i for i in np.argsort([-len(x) for x in ids], kind="stable") if ids[i]]
-    budget = batch_tokens_for(cfg, model, device)
+    budget = decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
     batches, start = [], 0
     while start < len(order):  # longest first: the batch size is set by its first sentence
         size = max(1, budget // ((len(ids[order[start]]) + 1) * beam))
