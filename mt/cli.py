@@ -335,13 +335,14 @@ def average(
 ) -> None:
     """Average the weights of several checkpoints into one."""
     from . import checkpoint as ckpt
+    from .layout import checkpoints_dir
 
     if last is not None:
         if len(checkpoints) != 1 or not Path(checkpoints[0]).is_dir():
             raise ConfigError("--last N takes exactly one run folder")
         if last < 1:
             raise ConfigError(f"--last {last}: must be at least 1")
-        files = ckpt.newest_steps(Path(checkpoints[0]) / "checkpoints", last)
+        files = ckpt.newest_steps(checkpoints_dir(checkpoints[0]), last)
         if len(files) < last:
             raise ConfigError(
                 f"{checkpoints[0]}: --last {last} asked, but the run has only "

@@ -66,6 +66,12 @@ class DataConfig:
     max_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this
 
 
+def longest_sequence(data: DataConfig) -> int:
+    """Positions the longest training sentence takes: data.max_length tokens and its EOS
+    (source) or BOS (target)."""
+    return data.max_length + 1
+
+
 @dataclass
 class TokenizerConfig:
     vocab_size: int = 16000  # per vocabulary, special tokens and the 256 bytes included
@@ -386,10 +392,10 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         )
     if not 0.0 <= t.warmup_fraction <= 0.5:
         fail("train.warmup_fraction", f"must be in [0, 0.5], got {t.warmup_fraction}")
-    if t.pack_length and t.pack_length < config.data.max_length + 1:
+    if t.pack_length and t.pack_length < longest_sequence(config.data):
         fail(
             "train.pack_length",
-            f"{t.pack_length} is below data.max_length + 1 ({config.data.max_length + 1}): "
+            f"{t.pack_length} is below data.max_length + 1 ({longest_sequence(config.data)}): "
             "the longest sentences would not fit a row",
         )
     if t.warmup_fraction and t.schedule not in DECAYING:  # else its rate would stay 0
@@ -429,7 +435,7 @@ def check_training_stops(config: Config, origin: str) -> None:
     """Training needs a limit, and positions for its longest sentences; preparing data or
     decoding does not, so this is not `validate`."""
     t, m = config.train, config.model
-    longest = config.data.max_length + 1  # a sentence plus its EOS (source) or BOS (target)
+    longest = longest_sequence(config.data)
     if m.max_positions < longest:
         raise ConfigError(
             f"{origin}: model.max_positions: {m.max_positions} is below data.max_length + 1 "

@@ -34,6 +34,7 @@ from . import tokenizer as tok
 from .config import BOS, EOS, PAD, Config, DataConfig, dump_config, one_line
 from .errors import ConfigError, MtError
 from .files import atomic_path, atomic_write_text
+from .layout import CONFIG, data_dir
 
 CACHE_VERSION = 2  # bump when the cache layout or the pipeline's output changes
 SPLITS = ("train", "valid", "test")
@@ -290,7 +291,7 @@ def prepare(config: Config, rebuild: bool = False, write: bool = True) -> Prepar
     only one process of a run may do) describe the run folder: config.yaml and README.md.
     Nothing is written before the data step has succeeded."""
     run_dir = Path(config.run.dir)
-    cache = run_dir / "data"
+    cache = data_dir(run_dir)
     fp = fingerprint(config)
     tok_files = tok.tokenizer_files(
         run_dir, config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
@@ -302,7 +303,7 @@ def prepare(config: Config, rebuild: bool = False, write: bool = True) -> Prepar
         prepared = _build(config, fp)
         _write_cache(prepared, cache, tok_files)
     if write:
-        atomic_write_text(run_dir / "config.yaml", dump_config(config))
+        atomic_write_text(run_dir / CONFIG, dump_config(config))
         atomic_write_text(run_dir / "README.md", RUN_README.format(tokenizer=tok_files[0].name))
     return prepared
 

@@ -60,7 +60,8 @@ def cpu_info() -> tuple[str, set[str]]:
 
 # the flags that set a CPU's speed for us (vector width, bf16, AMX tiles): benchmark records
 # name those present
-SPEED_FLAGS = tuple("avx2 avx512f avx512_vnni avx512_bf16 avx512_fp16 amx_tile amx_bf16".split())
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile")
+SPEED_FLAGS += ("amx_bf16",)  # two lines, not one over 100 characters
 
 
 def cpu_description() -> str:

@@ -12,6 +12,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from .config import Config
 from .data import normalize, read_lines, read_pairs, read_pairs_jsonl
 from .errors import ConfigError
+from .layout import data_dir
 
 if TYPE_CHECKING:
     from .engine import Translator
@@ -55,7 +56,7 @@ def evaluation_set(
             )
         found, name = list(zip(sources, references)), src
     else:
-        cached = run_dir / "data" / f"{split}.jsonl"
+        cached = data_dir(run_dir) / f"{split}.jsonl"
         if not cached.is_file():
             raise ConfigError(
                 f"{cached}: the run's {split} split is not there; pass --pairs "

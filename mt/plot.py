@@ -16,6 +16,7 @@ from typing import Any
 from .config import SPECIAL_TOKENS
 from .errors import ConfigError
 from .files import atomic_path
+from .layout import PLOT
 from .metrics import read_metrics
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'mt[plot]'"
@@ -95,7 +96,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     if best:
         title += f"; best valid BLEU {best[1]:.2f} at update {best[0]:,}"
     fig.suptitle(title)
-    return save_png(fig, Path(out) if out else run_dir / "training.png")
+    return save_png(fig, Path(out) if out else run_dir / PLOT)
 
 
 def _bleu_panel(ax, steps: list[float], scores: list[float]) -> tuple[float, float] | None:

@@ -5,9 +5,12 @@ bots, libretranslatepy) work unchanged: `POST /translate` with `q` (a text or a 
 `source`, `target`, `alternatives`, `format` ("text") and `api_key` (ignored), as JSON or a
 form, answers `translatedText` and `alternatives`; ours add `scores` (best first, the
 length-normalised log-probability; null for greedy search), `beam`, `model`, `step` and
-`seconds`. `GET /languages` is LibreTranslate's too; `GET /health` says whether the model is
-ready, `GET /info` what it is. Errors are `{"error": "..."}` with their status: 400 bad input,
-413 too long, 415 wrong content type, 503 loading or busy; never a traceback.
+`seconds`. LibreTranslate's too: `GET /languages`, `POST /detect` (the model's source language,
+certain), `GET /frontend/settings`, `POST /translate_file` (a .txt file, one text a line; its
+translation downloaded from `/download_file/...`) and `POST /suggest` (off: 403). Ours: `GET
+/health` says whether the model is ready, `GET /info` what it is. Errors are `{"error": "..."}`
+with their status: 400 bad input, 413 too long, 415 wrong content type, 503 loading or busy;
+never a traceback.
 
 Batching: every request's texts join one queue, and one decoder thread takes the oldest, then
 whatever else arrives within `batch_wait_ms` (until `batch_texts` texts), and decodes them as
