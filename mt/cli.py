@@ -454,7 +454,7 @@ def serve_command(
         float, typer.Option(help="How long a batch waits for more requests after its first.")
     ] = ServeSettings.batch_wait_ms,
 ) -> None:
-    r"""Serve translations over HTTP: a JSON API (LibreTranslate's POST /translate) and a page.
+    r"""Serve translations over HTTP: LibreTranslate's JSON API and a page.
 
     Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
     and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'.

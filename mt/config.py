@@ -24,8 +24,6 @@ import yaml
 from .errors import ConfigError
 
 PACKAGED_CONFIGS = Path(__file__).parent / "configs"
-SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # fixed ids 0..3 in every vocabulary
-PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 DECAYING = ("cosine", "linear")  # schedules that reach train.min_lr at a horizon
 
 
@@ -316,6 +314,8 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
     ]:
         if not 0.0 <= value < 1.0:
             fail(key, f"must be in [0, 1), got {value}")
+    from .tokenizer import SPECIAL_TOKENS  # here: its module loads its library, `mt -h` not
+
     if tok.vocab_size < len(SPECIAL_TOKENS) + 256:
         fail(
             "tokenizer.vocab_size",

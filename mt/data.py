@@ -31,10 +31,11 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from . import tokenizer as tok
-from .config import BOS, EOS, PAD, Config, DataConfig, dump_config, one_line
+from .config import Config, DataConfig, dump_config, one_line
 from .errors import ConfigError, MtError
 from .files import atomic_path, atomic_write_text
 from .layout import CONFIG, data_dir
+from .tokenizer import BOS, EOS, PAD
 
 CACHE_VERSION = 2  # bump when the cache layout or the pipeline's output changes
 SPLITS = ("train", "valid", "test")

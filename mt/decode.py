@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from mt.config import DecodeConfig
-from mt.model import BOS, EOS, PAD, DecoderState, Transformer, max_length
+from mt.model import DecoderState, Transformer, max_length
+from mt.tokenizer import BOS, EOS, PAD
 
 NEG_INF = float("-inf")
 

@@ -26,9 +26,10 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from . import tokenizer as tok
-from .config import SPECIAL_TOKENS, Config, DecodeConfig, ModelConfig, config_from_dict
+from .config import Config, DecodeConfig, ModelConfig, config_from_dict
 from .errors import ConfigError, MtError
 from .files import atomic_path
+from .tokenizer import SPECIAL_TOKENS
 
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("int8", "int8_float32", "bfloat16", "float16", "float32")

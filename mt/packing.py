@@ -19,8 +19,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .config import BOS, EOS, PAD, Config, longest_sequence
+from .config import Config, longest_sequence
 from .errors import ConfigError
+from .tokenizer import BOS, EOS, PAD
 
 ROW_MULTIPLE = 128  # default row lengths are multiples of FlexAttention's block size
 

@@ -13,11 +13,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import SPECIAL_TOKENS
 from .errors import ConfigError
 from .files import atomic_path
 from .layout import PLOT
 from .metrics import read_metrics
+from .tokenizer import SPECIAL_TOKENS
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'mt[plot]'"
 SPACE = "▁"  # marks a token's leading space, as SentencePiece does
@@ -205,7 +205,7 @@ def _attention(translator, sentence: str, layer: int, kind: str):
     import torch
 
     from . import tokenizer as tok
-    from .model import BOS, EOS
+    from .tokenizer import BOS, EOS
     from .translate import source_ids, translate_ids
 
     model, device = translator.model, translator.device

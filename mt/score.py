@@ -22,7 +22,8 @@ from .data import Pair, Split, collate, token_batches
 from .decode import length_penalty
 from .device import autocast, precision_for
 from .errors import ConfigError
-from .model import PAD, Transformer, max_length
+from .model import Transformer, max_length
+from .tokenizer import PAD
 from .translate import decode_batch_tokens
 
 

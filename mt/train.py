@@ -22,7 +22,7 @@ import torch
 
 from . import checkpoint, finetune, health, metrics
 from .batches import Batch, Batches
-from .config import EOS, Config, TrainConfig, check_training_stops, one_line
+from .config import Config, TrainConfig, check_training_stops, one_line
 from .data import dropout_epochs, inputs_of, prepare
 from .errors import ConfigError, Unhealthy
 from .files import remove
@@ -34,6 +34,7 @@ from .progress import Progress, say
 from .ranks import Agreement, Ranks, StopSignal
 from .schedule import time_fitted, warmup_updates
 from .state import Pace, TrainState
+from .tokenizer import EOS
 from .update import Update, Updater
 from .validate import validate
 

@@ -14,10 +14,10 @@ from .batches import Batch
 from .config import TrainConfig
 from .device import autocast, precision_for
 from .loss import smoothed_loss
-from .model import PAD
 from .packing import PackedBatch, each
 from .progress import say
 from .ranks import Ranks
+from .tokenizer import PAD
 from .warmup import compiles, rehearse
 
 

@@ -13,7 +13,8 @@ import torch
 from .config import Config
 from .data import Prepared, Split, collate, token_batches
 from .loss import smoothed_loss
-from .model import PAD, Transformer, max_length
+from .model import Transformer, max_length
+from .tokenizer import PAD
 
 
 def validate(

@@ -30,7 +30,8 @@ from mt.config import load_config
 from mt.data import collate, prepare, token_batches
 from mt.device import SPEED_FLAGS, cpu_amx_bf16, cpu_flags, precision_for
 from mt.loss import smoothed_loss
-from mt.model import PAD, Transformer, sinusoids
+from mt.model import Transformer, sinusoids
+from mt.tokenizer import PAD
 
 
 class Reference(nn.Module):

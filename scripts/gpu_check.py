@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mt.model import PAD
 from mt.packing import PackedBatch
+from mt.tokenizer import PAD
 
 # Dense bf16 peak (FLOP/s, no sparsity) by a substring of torch.cuda.get_device_name().
 PEAK_BF16 = {

@@ -25,7 +25,7 @@ from conftest import (
 from tokenizers import Tokenizer
 
 from mt import tokenizer as tok
-from mt.config import SPECIAL_TOKENS, TokenizerConfig, load_config
+from mt.config import TokenizerConfig, load_config
 from mt.data import (
     Split,
     _length_filter,
@@ -41,9 +41,10 @@ from mt.data import (
     token_batches,
 )
 from mt.errors import ConfigError, MtError
+from mt.tokenizer import SPECIAL_TOKENS
 
 try:
-    from mt.model import BOS, EOS, PAD
+    from mt.tokenizer import BOS, EOS, PAD
 except ImportError:  # the model module may not exist yet: the ids are fixed by the tokenizer
     PAD, BOS, EOS = 0, 1, 2
 
