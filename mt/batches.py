@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import BOS, EOS, PAD
 from .errors import ConfigError
 from .packing import Rows, collate_packed, each, pack_rows
 from .store import Split
+from .tokenizer import BOS, EOS, PAD
 
 Batch = tuple[torch.Tensor, ...]  # src (B, S), tgt_in (B, T), tgt_out (B, T): int64, padded;
 # packed, a PackedBatch: those three and where each row's sentences lie, all (rows, length)

@@ -31,6 +31,7 @@ from tokenizers import Tokenizer
 from .config import Config, config_from_dict, diff_configs, resumable_keys
 from .errors import ConfigError
 from .files import atomic_path, remove
+from .layout import BEST, CHECKPOINTS, LAST, checkpoints_dir
 
 FORMAT = "mt-checkpoint-1"  # ours, under "mt_format"; "format" is "pt", as HF loaders expect
 WEIGHTS = "model.safetensors"
@@ -132,7 +133,7 @@ def prune(ckpt_dir: Path, keep_last: int) -> None:
     """Remove all but the newest `keep_last` step checkpoints and those best/last refer to."""
     steps = step_dirs(ckpt_dir)
     keep = {p.resolve() for p in steps[-keep_last:]}
-    keep |= {(ckpt_dir / link).resolve() for link in ("last", "best") if (ckpt_dir / link).exists()}
+    keep |= {(ckpt_dir / link).resolve() for link in (LAST, BEST) if (ckpt_dir / link).exists()}
     for path in steps:
         if path.resolve() not in keep:
             remove(path)
@@ -197,7 +198,7 @@ def newest_complete(ckpt_dir: Path) -> Path | None:
 def resume_point(ckpt_dir: Path) -> tuple[Path | None, str]:
     """The checkpoint a run resumes from: `last`, else the newest complete one, with a notice
     that says so; None when there is none to resume from."""
-    last = ckpt_dir / "last"
+    last = ckpt_dir / LAST
     if is_complete(last):
         return last.resolve(), ""
     path = newest_complete(ckpt_dir)
@@ -294,7 +295,7 @@ def resolve(path: str | Path) -> Path:
     path = Path(path)
     if path.is_file():
         return path
-    for candidate in (path / "checkpoints" / "best", path / "checkpoints" / "last", path):
+    for candidate in (checkpoints_dir(path) / BEST, checkpoints_dir(path) / LAST, path):
         if (candidate / WEIGHTS).is_file():
             return candidate / WEIGHTS
     raise ConfigError(
@@ -342,9 +343,7 @@ def read_tokenizers(file: Path, meta: dict[str, str] | None = None) -> tuple[Tok
 def newest_run(runs: Path = Path("runs")) -> Path:
     """The run folder under `runs` whose checkpoint was written last."""
     links = [
-        link
-        for link in runs.glob("*/checkpoints/*")
-        if link.name in ("best", "last") and link.exists()
+        link for link in runs.glob("*/checkpoints/*") if link.name in (BEST, LAST) and link.exists()
     ]
     if not links:
         raise ConfigError(f"no trained model under ./{runs}; pass --checkpoint RUN_DIR or FILE")
@@ -353,6 +352,6 @@ def newest_run(runs: Path = Path("runs")) -> Path:
 
 def run_dir_of(weights: Path, config: Config) -> Path:
     """The run folder a weights file belongs to: checkpoints/<name>/model.safetensors."""
-    if weights.parent.parent.name == "checkpoints":
+    if weights.parent.parent.name == CHECKPOINTS:
         return weights.parent.parent.parent
     return Path(config.run.dir)

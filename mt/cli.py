@@ -113,7 +113,7 @@ def train(
         raise typer.Exit(SIGNAL_EXIT.get(result["signal"], 1))
 
 
-def _load_for_decoding(
+def _open(
     checkpoint: str | None,
     config: str | None,
     overrides: list[str] | None,
@@ -122,56 +122,14 @@ def _load_for_decoding(
     threads: int = 0,
     **options: int | None,
 ):
-    """The model to decode with (a checkpoint's, or an exported folder's with --engine
-    ctranslate2 or auto) and the config to decode with: its own, then --config's decode
-    section, then --set decode.*, then the command's own options (--beam ...): one rule
-    checks them all."""
-    from . import checkpoint as ckpt
-    from . import export
-    from .config import decoding_config
-    from .device import pick_device
+    """The translator of a decoding command: --set decode.* and then the command's own
+    options (--beam ...) over the model's decode section."""
+    from .engine import decode_options, open_translator
 
-    if engine not in ENGINES:
-        raise ConfigError(f"--engine {engine}: unknown (known: {', '.join(ENGINES)})")
-    path = checkpoint or ckpt.newest_run()
-    exported = export.is_exported(path)
-    if engine == "auto":
-        engine = "ctranslate2" if exported else "torch"
-    if (engine == "ctranslate2") != exported:
-        raise ConfigError(
-            f"{path}: --engine {engine} needs "
-            + ("a checkpoint, not an exported folder" if exported else "a folder from mt export")
-        )
-    # cheap: the model is loaded after the options are checked
-    trained = export.read_config(path) if exported else ckpt.read_config(path)
-    given = [f"decode.{key}={value}" for key, value in options.items() if value is not None]
-    cfg = decoding_config(trained, config, [*(overrides or []), *given], device)
-    dev = pick_device(cfg.run.device)
-    if exported:
-        return export.load(path, str(dev), threads), cfg, dev
-    return ckpt.load(path, dev), cfg, dev
+    decode = [*(overrides or []), *decode_options(**options)]
+    return open_translator(checkpoint, engine, device, threads, decode, config)
 
 
-def _translate_nbest(loaded, texts: list[str], cfg: Config, dev, progress: bool):
-    """translate_nbest of mt.translate, or of mt.export for an exported folder."""
-    from .export import Exported
-    from .export import translate_nbest as ct2_translate_nbest
-    from .translate import translate_nbest
-
-    if isinstance(loaded, Exported):
-        return ct2_translate_nbest(loaded, texts, cfg.decode)
-    return translate_nbest(
-        loaded.model,
-        loaded.src_tokenizer,
-        loaded.tgt_tokenizer,
-        texts,
-        cfg.decode,
-        device=dev,
-        progress=progress,
-    )
-
-
-ENGINES = ("auto", "torch", "ctranslate2")
 EngineOption = Annotated[
     str,
     typer.Option(
@@ -233,17 +191,8 @@ def translate_command(
     With --nbest N > 1 each line is INDEX<TAB>RANK<TAB>SCORE<TAB>TRANSLATION (INDEX from 0,
     RANK from 1, SCORE the length-normalised log-probability).
     """
-    from .corpus import read_lines
-
-    if texts and file:
-        raise ConfigError("give sentences as arguments or --file, not both")
-    lines = list(texts or [])
-    if file:
-        lines = read_lines(file, "--file")
-    interactive = not lines and not file and sys.stdin.isatty()
-    if not lines and not file and not interactive:
-        lines = read_lines("-", "stdin")
-    loaded, cfg, dev = _load_for_decoding(
+    lines, interactive = _input_lines(texts, file)
+    translator = _open(
         checkpoint,
         config,
         set_,
@@ -254,27 +203,44 @@ def translate_command(
         nbest=nbest,
         batch_tokens=batch_tokens,
     )
-
-    def run(batch: list[str]) -> None:
-        out = _translate_nbest(loaded, batch, cfg, dev, progress=len(batch) > 100)
-        for i, found in enumerate(out):
-            if cfg.decode.nbest == 1:
-                typer.echo(found[0][0])
-            else:
-                for rank, (text, score) in enumerate(found, start=1):
-                    typer.echo(f"{i}\t{rank}\t{score:.4f}\t{text}")
-
     if not interactive:
-        run(lines)
+        _print_translations(translator, lines)
         return
-    typer.echo(f"mt: translating with {loaded.path} (Ctrl-D to quit)", err=True)
+    typer.echo(f"mt: translating with {translator.path} (Ctrl-D to quit)", err=True)
     while True:
         typer.echo("en> ", err=True, nl=False)  # the prompt is not output: stderr
         line = sys.stdin.readline()
         if not line:
             typer.echo(err=True)
             return
-        run([line.rstrip("\n")])
+        _print_translations(translator, [line.rstrip("\n")])
+
+
+def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], bool]:
+    """The sentences to translate, and whether to prompt for them instead (no input given,
+    stdin a terminal)."""
+    from .corpus import read_lines
+
+    if texts and file:
+        raise ConfigError("give sentences as arguments or --file, not both")
+    lines = list(texts or [])
+    if file:
+        lines = read_lines(file, "--file")
+    interactive = not lines and not file and sys.stdin.isatty()
+    if not lines and not file and not interactive:
+        lines = read_lines("-", "stdin")
+    return lines, interactive
+
+
+def _print_translations(translator, batch: list[str]) -> None:
+    """Each translation on a line, or with --nbest N > 1: INDEX, RANK, SCORE, TRANSLATION."""
+    found = translator.translate_nbest(batch, progress=len(batch) > 100)
+    for i, hyps in enumerate(found):
+        if translator.config.decode.nbest == 1:
+            typer.echo(hyps[0][0])
+        else:
+            for rank, (text, score) in enumerate(hyps, start=1):
+                typer.echo(f"{i}\t{rank}\t{score:.4f}\t{text}")
 
 
 @app.command(name="evaluate")
@@ -303,40 +269,23 @@ def evaluate_command(
     threads: ThreadsOption = 0,
 ) -> None:
     """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
-    import time
-
-    from . import checkpoint as ckpt
-    from .evaluate import evaluation_set, score
+    from .evaluate import evaluate, evaluation_set
     from .files import atomic_write_text
 
-    loaded, cfg, dev = _load_for_decoding(
+    translator = _open(
         checkpoint, config, set_, device, engine, threads, beam=beam, batch_tokens=batch_tokens
     )
     # an exported folder evaluates on the split of the run it was exported from
-    trained_from = Path(getattr(loaded, "manifest", {}).get("checkpoint", loaded.path))
-    run_dir = ckpt.run_dir_of(trained_from, cfg)
-    name, sources, references = evaluation_set(run_dir, cfg, split, pairs, src, ref)
-    started = time.perf_counter()
-    hypotheses = [h[0][0] for h in _translate_nbest(loaded, sources, cfg, dev, progress=True)]
-    seconds = time.perf_counter() - started
-    result = dict(
-        score(hypotheses, references),
-        sentences=len(sources),
-        beam=cfg.decode.beam,
-        seconds=seconds,
-        sentences_per_s=len(sources) / max(seconds, 1e-9),
-        checkpoint=str(loaded.path),
-        data=name,
-    )
-    result["signature"] = result["bleu_signature"]
+    found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
+    result, hypotheses = evaluate(translator, *found)
     if out:
         atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
     if as_json:
         typer.echo(json.dumps(result, ensure_ascii=False))
     else:
         typer.echo(
-            f"{name}: {len(sources)} sentences, beam {cfg.decode.beam}, {seconds:.1f} s "
-            f"({result['sentences_per_s']:.1f} sentences/s)\n"
+            f"{result['data']}: {result['sentences']} sentences, beam {result['beam']}, "
+            f"{result['seconds']:.1f} s ({result['sentences_per_s']:.1f} sentences/s)\n"
             f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
             f"chrF {result['chrf']:.2f}  {result['chrf_signature']}"
         )
@@ -361,17 +310,12 @@ def score_command(
     (decode.alpha). With --json, an object a line with the pair and its token count too.
     """
     from .corpus import read_pairs
-    from .score import score_pairs
 
     if not Path(pairs).is_file():
         raise ConfigError(f"--pairs {pairs}: no such file")
-    loaded, cfg, dev = _load_for_decoding(
-        checkpoint, config, set_, device, "torch", batch_tokens=batch_tokens
-    )
-    found = read_pairs([pairs], cfg.data, "--pairs")
-    scores = score_pairs(
-        loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, found, cfg.decode, dev
-    )
+    translator = _open(checkpoint, config, set_, device, "torch", batch_tokens=batch_tokens)
+    found = read_pairs([pairs], translator.config.data, "--pairs")
+    scores = translator.score(found)
     for (src, tgt), s in zip(found, scores):
         if as_json:
             row = {"src": src, "tgt": tgt, **dataclasses.asdict(s)}
@@ -392,13 +336,14 @@ def average(
 ) -> None:
     """Average the weights of several checkpoints into one."""
     from . import checkpoint as ckpt
+    from .layout import checkpoints_dir
 
     if last is not None:
         if len(checkpoints) != 1 or not Path(checkpoints[0]).is_dir():
             raise ConfigError("--last N takes exactly one run folder")
         if last < 1:
             raise ConfigError(f"--last {last}: must be at least 1")
-        files = ckpt.newest_steps(Path(checkpoints[0]) / "checkpoints", last)
+        files = ckpt.newest_steps(checkpoints_dir(checkpoints[0]), last)
         if len(files) < last:
             raise ConfigError(
                 f"{checkpoints[0]}: --last {last} asked, but the run has only "
@@ -472,10 +417,8 @@ def attention_command(
     """
     from .plot import plot_attention
 
-    loaded, cfg, dev = _load_for_decoding(checkpoint, config, set_, device)
-    translation, path = plot_attention(
-        loaded, sentence, cfg.decode, out, layer=layer, kind=kind, device=dev
-    )
+    translator = _open(checkpoint, config, set_, device)
+    translation, path = plot_attention(translator, sentence, out, layer=layer, kind=kind)
     typer.echo(translation)
     typer.echo(f"wrote {path}", err=True)
 
@@ -512,7 +455,7 @@ def serve_command(
         float, typer.Option(help="How long a batch waits for more requests after its first.")
     ] = ServeSettings.batch_wait_ms,
 ) -> None:
-    r"""Serve translations over HTTP: a JSON API (LibreTranslate's POST /translate) and a page.
+    r"""Serve translations over HTTP: LibreTranslate's JSON API and a page.
 
     Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
     and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'.
@@ -520,13 +463,7 @@ def serve_command(
     from .serve import run
 
     settings = ServeSettings(max_chars, max_texts, max_requests, batch_texts, batch_wait_ms)
-    run(
-        lambda: _load_for_decoding(checkpoint, config, set_, device, engine, threads),
-        _translate_nbest,
-        settings,
-        host,
-        port,
-    )
+    run(lambda: _open(checkpoint, config, set_, device, engine, threads), settings, host, port)
 
 
 def format_summary(stats: dict) -> str:

@@ -24,8 +24,6 @@ import yaml
 from .errors import ConfigError
 
 PACKAGED_CONFIGS = Path(__file__).parent / "configs"
-SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # fixed ids 0..3 in every vocabulary
-PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 DECAYING = ("cosine", "linear")  # schedules that reach train.min_lr at a horizon
 
 
@@ -72,6 +70,12 @@ class DataConfig:
     max_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this
     workers: int = 0  # processes that normalise and encode in mt prepare; 0: one per core
     streaming: bool = False  # source hub: read through datasets' streaming, no full download
+
+
+def longest_sequence(data: DataConfig) -> int:
+    """Positions the longest training sentence takes: data.max_length tokens and its EOS
+    (source) or BOS (target)."""
+    return data.max_length + 1
 
 
 @dataclass
@@ -321,6 +325,8 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
     ]:
         if not 0.0 <= value < 1.0:
             fail(key, f"must be in [0, 1), got {value}")
+    from .tokenizer import SPECIAL_TOKENS  # here: its module loads its library, `mt -h` not
+
     if tok.vocab_size < len(SPECIAL_TOKENS) + 256:
         fail(
             "tokenizer.vocab_size",
@@ -397,10 +403,10 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         )
     if not 0.0 <= t.warmup_fraction <= 0.5:
         fail("train.warmup_fraction", f"must be in [0, 0.5], got {t.warmup_fraction}")
-    if t.pack_length and t.pack_length < config.data.max_length + 1:
+    if t.pack_length and t.pack_length < longest_sequence(config.data):
         fail(
             "train.pack_length",
-            f"{t.pack_length} is below data.max_length + 1 ({config.data.max_length + 1}): "
+            f"{t.pack_length} is below data.max_length + 1 ({longest_sequence(config.data)}): "
             "the longest sentences would not fit a row",
         )
     if t.warmup_fraction and t.schedule not in DECAYING:  # else its rate would stay 0
@@ -478,7 +484,7 @@ def check_training_stops(config: Config, origin: str) -> None:
     """Training needs a limit, and positions for its longest sentences; preparing data or
     decoding does not, so this is not `validate`."""
     t, m = config.train, config.model
-    longest = config.data.max_length + 1  # a sentence plus its EOS (source) or BOS (target)
+    longest = longest_sequence(config.data)
     if m.max_positions < longest:
         raise ConfigError(
             f"{origin}: model.max_positions: {m.max_positions} is below data.max_length + 1 "

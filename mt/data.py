@@ -55,6 +55,7 @@ from .corpus import (
 )
 from .errors import ConfigError, MtError
 from .files import atomic_path, atomic_write_text, remove
+from .layout import CONFIG, data_dir
 from .store import Split, SplitWriter, open_split, token_dtype
 
 CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
@@ -137,7 +138,7 @@ def prepare(
     only one process of a run may do) describe the run folder: config.yaml and README.md.
     Nothing is written before the data step has succeeded. `base`: a fine-tuned run's."""
     run_dir = Path(config.run.dir)
-    cache = run_dir / "data"
+    cache = data_dir(run_dir)
     fp = fingerprint(config)
     tok_files = tok.tokenizer_files(
         run_dir, config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
@@ -148,7 +149,7 @@ def prepare(
     if prepared is None:
         prepared = _build_cache(config, fp, cache, tok_files, base)
     if write:
-        atomic_write_text(run_dir / "config.yaml", dump_config(config))
+        atomic_write_text(run_dir / CONFIG, dump_config(config))
         atomic_write_text(run_dir / "README.md", RUN_README.format(tokenizer=tok_files[0].name))
     return prepared
 

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from mt.config import DecodeConfig
 from mt.graphs import Step, graphs_for
-from mt.model import BOS, EOS, PAD, DecoderState, Transformer, max_length
+from mt.model import DecoderState, Transformer, max_length
+from mt.tokenizer import BOS, EOS, PAD
 
 T = TypeVar("T")
 

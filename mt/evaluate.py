@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sacrebleu.metrics import BLEU, CHRF
 
 from .config import Config
 from .corpus import normalize, read_lines, read_pairs, read_pairs_jsonl
 from .errors import ConfigError
+from .layout import data_dir
+
+if TYPE_CHECKING:
+    from .engine import Translator
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
@@ -50,7 +56,7 @@ def evaluation_set(
             )
         found, name = list(zip(sources, references)), src
     else:
-        cached = run_dir / "data" / f"{split}.jsonl"
+        cached = data_dir(run_dir) / f"{split}.jsonl"
         if not cached.is_file():
             raise ConfigError(
                 f"{cached}: the run's {split} split is not there; pass --pairs "
@@ -61,3 +67,24 @@ def evaluation_set(
     if not found:
         raise ConfigError(f"{name}: no sentences to evaluate")
     return name, [s for s, _ in found], [r for _, r in found]
+
+
+def evaluate(
+    translator: Translator, name: str, sources: list[str], references: list[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """Translate `sources` (with a progress bar) and score them against `references`: (the
+    result `mt evaluate` prints, the hypotheses)."""
+    started = time.perf_counter()
+    hypotheses = [h[0][0] for h in translator.translate_nbest(sources, progress=True)]
+    seconds = time.perf_counter() - started
+    result = dict(
+        score(hypotheses, references),
+        sentences=len(sources),
+        beam=translator.config.decode.beam,
+        seconds=seconds,
+        sentences_per_s=len(sources) / max(seconds, 1e-9),
+        checkpoint=str(translator.path),
+        data=name,
+    )
+    result["signature"] = result["bleu_signature"]
+    return result, hypotheses

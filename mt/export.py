@@ -26,9 +26,10 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from . import tokenizer as tok
-from .config import SPECIAL_TOKENS, Config, DecodeConfig, ModelConfig, config_from_dict
+from .config import Config, DecodeConfig, ModelConfig, config_from_dict
 from .errors import ConfigError, MtError
 from .files import atomic_path
+from .tokenizer import SPECIAL_TOKENS
 
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("int8", "int8_float32", "bfloat16", "float16", "float32")
@@ -99,7 +100,7 @@ def export(
         "quantization": quantization,
         "checkpoint": str(file.resolve()),
         "step": int(loaded.metadata.get("step", 0)),
-        "bleu": _known_bleu(loaded.metadata),
+        "bleu": known_bleu(loaded.metadata),
         "command": command,
         "src_tokenizer": str(src_file),
         "tgt_tokenizer": str(tgt_file),
@@ -115,7 +116,7 @@ def export(
     return out
 
 
-def _known_bleu(meta: dict[str, str]) -> float | None:
+def known_bleu(meta: dict[str, str]) -> float | None:
     """The validation BLEU the checkpoint recorded (None before any validation or averaged)."""
     if "averaged" in meta:
         return None
@@ -208,6 +209,7 @@ class Exported:
     tgt_tokenizer: Tokenizer
     path: Path
     manifest: dict[str, Any]
+    device: str = "cpu"
 
     @property
     def cfg(self) -> ModelConfig:  # what translate.source_ids reads from a model
@@ -246,7 +248,7 @@ def load(path: str | Path, device: str = "cpu", threads: int = 0) -> Exported:
         raise ConfigError(f"{path}: CTranslate2 cannot load it ({e})") from None
     src = Tokenizer.from_file(str(path / manifest["src_tokenizer"]))
     tgt = Tokenizer.from_file(str(path / manifest["tgt_tokenizer"]))
-    return Exported(translator, config, src, tgt, path, manifest)
+    return Exported(translator, config, src, tgt, path, manifest, str(device))
 
 
 def translate_nbest(
@@ -258,9 +260,8 @@ def translate_nbest(
     Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
-    from .decode import length_penalty
     from .model import max_length
-    from .translate import CPU_BATCH_TOKENS, source_ids
+    from .translate import decode_batch_tokens, source_ids
 
     ids = source_ids(exported, exported.src_tokenizer, texts)
     vocab = _tokens(exported.src_tokenizer)
@@ -275,7 +276,9 @@ def translate_nbest(
     pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
     results = exported.translator.translate_batch(
         [[vocab[t] for t in ids[i]] for i in todo],
-        max_batch_size=cfg.batch_tokens or CPU_BATCH_TOKENS,
+        max_batch_size=decode_batch_tokens(
+            cfg, exported.cfg, exported.tgt_tokenizer.get_vocab_size(), exported.device
+        ),
         batch_type="tokens",
         beam_size=cfg.beam,
         num_hypotheses=cfg.nbest if greedy else max(cfg.nbest, cfg.beam),
@@ -287,22 +290,25 @@ def translate_nbest(
         return_scores=not greedy,
         suppress_sequences=[[pad], [bos]],
     )
-    tgt = exported.tgt_tokenizer
     for i, result in zip(todo, results):
-        hyps = [[tgt.token_to_id(t) for t in h][: limits[i]] for h in result.hypotheses]
-        if greedy:
-            out[i] = [(text, float("nan")) for text in tok.decode(tgt, hyps)]
-            continue
-        # CT2 ranks by logprob / L ** alpha, L counting EOS: rescored by ours, GNMT's
-        lengths = [len(h) + 1 for h in result.hypotheses]
-        scores = [
-            s * n**cfg.alpha / length_penalty(n, cfg.alpha) for n, s in zip(lengths, result.scores)
-        ]
-        found = sorted(zip(tok.decode(tgt, hyps), scores), key=lambda p: -p[1])
-        out[i] = found[: cfg.nbest]
+        out[i] = _ranked(result, exported.tgt_tokenizer, limits[i], cfg, greedy)
     return out
 
 
-def translate(exported: Exported, texts: Sequence[str], cfg: DecodeConfig) -> list[str]:
-    """The best translation of each text, in input order."""
-    return [hyps[0][0] for hyps in translate_nbest(exported, texts, cfg)]
+def _ranked(
+    result: Any, tgt: Tokenizer, limit: int, cfg: DecodeConfig, greedy: bool
+) -> list[tuple[str, float]]:
+    """One source's CT2 result as up to `cfg.nbest` (text, score) pairs, best first, each
+    output cut to its own length limit."""
+    from .decode import length_penalty
+
+    hyps = [[tgt.token_to_id(t) for t in h][:limit] for h in result.hypotheses]
+    texts = tok.decode(tgt, hyps)
+    if greedy:
+        return [(text, float("nan")) for text in texts]
+    # CT2 ranks by logprob / L ** alpha, L counting EOS: rescored by ours, GNMT's
+    lengths = [len(h) + 1 for h in result.hypotheses]
+    scores = [
+        s * n**cfg.alpha / length_penalty(n, cfg.alpha) for n, s in zip(lengths, result.scores)
+    ]
+    return sorted(zip(texts, scores), key=lambda p: -p[1])[: cfg.nbest]

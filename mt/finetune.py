@@ -21,6 +21,7 @@ from .config import Config, diff_configs
 from .data import Base
 from .errors import ConfigError
 from .files import atomic_write_text
+from .layout import INIT
 
 # parameters (by name prefix) that `train.freeze` keeps as they are; a tied embedding is one
 # parameter, so with shared embeddings "encoder" freezes the decoder's embeddings too
@@ -79,7 +80,7 @@ def start(model: torch.nn.Module, file: Path | None, config: Config, write: bool
                 "weights": str(file.resolve()),
                 "step": int(meta.get("step", 0)),
             }
-            atomic_write_text(Path(config.run.dir) / "init.json", json.dumps(record) + "\n")
+            atomic_write_text(Path(config.run.dir) / INIT, json.dumps(record) + "\n")
     prefixes = FROZEN[config.train.freeze]
     for name, parameter in model.named_parameters():
         if name.startswith(prefixes):

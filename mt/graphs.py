@@ -28,7 +28,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from .model import BOS, DecoderState, Transformer
+from .model import DecoderState, Transformer
+from .tokenizer import BOS
 
 # shapes whose buffers and graphs are kept, the least recently used dropped: each takes about
 # a batch's memory, and a validation inside training or a test set sorted by length meets a few

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .model import PAD
+from .tokenizer import PAD
 
 CHUNK = 2**25  # logits a chunk (128 MiB in float32): whole, (N, V) never is in float32
 

@@ -11,8 +11,9 @@ from typing import Any
 
 from .errors import ConfigError, MtError
 from .files import atomic_write_text, why
+from .layout import METRICS
 
-FILE = "metrics.jsonl"
+FILE = METRICS
 
 
 def append(run_dir: Path, record: dict[str, Any]) -> None:

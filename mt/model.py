@@ -21,10 +21,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from mt.config import BOS, EOS, PAD, UNK, ModelConfig
+from mt.config import ModelConfig
 from mt.packing import PackedBatch
+from mt.tokenizer import PAD
 
-__all__ = ["BOS", "EOS", "PAD", "UNK", "DecoderState", "Transformer", "max_length"]
+__all__ = ["DecoderState", "Transformer", "max_length"]
 
 
 def max_length(cfg: ModelConfig) -> int:

@@ -8,7 +8,7 @@ same row and order in the target row. The model keeps them apart by per-token do
 (attention never crosses sentences, see `model.Transformer`) and restarts positions at every
 sentence, so it computes what it computes for the same sentences padded.
 
-Pure functions of the sentence lengths, seed and epoch, like `data.token_batches`: a resumed
+Pure functions of the sentence lengths, seed and epoch, like `batches.token_batches`: a resumed
 run rebuilds the same epoch.
 """
 
@@ -19,8 +19,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .config import BOS, EOS, PAD, Config
+from .config import Config, longest_sequence
 from .errors import ConfigError
+from .tokenizer import BOS, EOS, PAD
 
 ROW_MULTIPLE = 128  # default row lengths are multiples of FlexAttention's block size
 
@@ -62,7 +63,7 @@ def row_length(config: Config, device_type: str) -> int:
     t = config.train
     if t.pack is False or (t.pack == "auto" and device_type != "cuda"):
         return 0
-    length = t.pack_length or -(-(config.data.max_length + 1) // ROW_MULTIPLE) * ROW_MULTIPLE
+    length = t.pack_length or -(-longest_sequence(config.data) // ROW_MULTIPLE) * ROW_MULTIPLE
     if length > t.max_tokens:
         raise ConfigError(
             f"train.max_tokens: {t.max_tokens} is less than one packed row of {length} tokens "

@@ -13,10 +13,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .config import SPECIAL_TOKENS, DecodeConfig
 from .errors import ConfigError
 from .files import atomic_path
+from .layout import PLOT
 from .metrics import read_metrics
+from .tokenizer import SPECIAL_TOKENS
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'mt[plot]'"
 SPACE = "▁"  # marks a token's leading space, as SentencePiece does
@@ -69,18 +70,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     loss.set(title="Loss (label-smoothed, per token)", ylabel="loss")
     loss.legend()
 
-    steps, scores = xy(valid, "bleu")
-    bleu.plot(steps, scores, "o-", color="tab:green")
-    if scores:
-        best = max(range(len(scores)), key=scores.__getitem__)
-        bleu.plot(steps[best], scores[best], "*", ms=16, color="tab:red", label="best")
-        label = f"{scores[best]:.2f}"
-        bleu.annotate(label, (steps[best], scores[best]), xytext=(8, 8), textcoords="offset points")
-        bleu.legend()
-    else:
-        bleu.text(0.5, 0.5, "no validation yet", ha="center", transform=bleu.transAxes)
-    bleu.set(title="Validation BLEU", ylabel="BLEU")
-    bleu.margins(y=0.15)  # room for the best score's label
+    best = _bleu_panel(bleu, *xy(valid, "bleu"))
 
     lr.plot(*xy(train, "lr"), color="tab:purple")
     fits = [r for r in records if r.get("kind") == "horizon"]
@@ -103,10 +93,26 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     title = f"{run_dir.resolve().name}: {last.get('step', 0):,} updates"
     if "elapsed_s" in last:
         title += f", {_duration(last['elapsed_s'])} of training"
-    if scores:
-        title += f"; best valid BLEU {scores[best]:.2f} at update {steps[best]:,}"
+    if best:
+        title += f"; best valid BLEU {best[1]:.2f} at update {best[0]:,}"
     fig.suptitle(title)
-    return save_png(fig, Path(out) if out else run_dir / "training.png")
+    return save_png(fig, Path(out) if out else run_dir / PLOT)
+
+
+def _bleu_panel(ax, steps: list[float], scores: list[float]) -> tuple[float, float] | None:
+    """Validation BLEU against updates, its best starred: (step, BLEU) of the best, if any."""
+    ax.plot(steps, scores, "o-", color="tab:green")
+    ax.set(title="Validation BLEU", ylabel="BLEU")
+    ax.margins(y=0.15)  # room for the best score's label
+    if not scores:
+        ax.text(0.5, 0.5, "no validation yet", ha="center", transform=ax.transAxes)
+        return None
+    best = max(range(len(scores)), key=scores.__getitem__)
+    ax.plot(steps[best], scores[best], "*", ms=16, color="tab:red", label="best")
+    label = f"{scores[best]:.2f}"
+    ax.annotate(label, (steps[best], scores[best]), xytext=(8, 8), textcoords="offset points")
+    ax.legend()
+    return steps[best], scores[best]
 
 
 def _time_axis(axes: list, records: list[dict]) -> None:
@@ -155,30 +161,22 @@ def _duration(seconds: float) -> str:
 
 
 def plot_attention(
-    loaded,
+    translator,
     sentence: str,
-    decode: DecodeConfig,
     out: str | Path = "attention.png",
     layer: int = -1,
     kind: str = "cross",
-    device: Any = "cpu",
 ) -> tuple[str, Path]:
     """Translate `sentence` greedily, then draw one heat map per head of a decoder layer.
 
-    `loaded` is a `checkpoint.Loaded`. `layer` counts from 1 (first) or from -1 (last).
-    Rows are the output tokens, each predicted at its row; columns are the source tokens
-    (cross-attention) or the decoder's own input tokens, `<s>` first (self-attention).
+    `translator` is a torch `engine.Translator`. `layer` counts from 1 (first) or from -1
+    (last). Rows are the output tokens, each predicted at its row; columns are the source
+    tokens (cross-attention) or the decoder's own input tokens, `<s>` first (self-attention).
     Returns the translation and the PNG's path.
     """
-    import torch
-
-    from . import tokenizer as tok
-    from .model import BOS, EOS
-    from .translate import source_ids, translate_ids
-
     if kind not in ("cross", "self"):
         raise ConfigError(f"--kind {kind}: must be cross or self")
-    layers = len(loaded.model.decoder)
+    layers = len(translator.model.decoder)
     if not (1 <= layer <= layers or -layers <= layer <= -1):
         raise ConfigError(
             f"--layer {layer}: the model has {layers} decoder layers; "
@@ -187,22 +185,46 @@ def plot_attention(
     if not sentence.strip():
         raise ConfigError("the sentence is empty")
     figure()  # fail on a missing matplotlib before the slow part
+    n = layer if layer > 0 else layers + 1 + layer  # from 1
+    translation, weights, rows, cols = _attention(translator, sentence, n, kind)
+    fig, width = _heat_maps(weights, rows, cols, kind)
+    wrap = max(40, int(width * 12))
+    fig.suptitle(
+        f"{kind}-attention, decoder layer {n} of {layers}\n"
+        + textwrap.fill(f"EN: {sentence}", wrap)
+        + "\n"
+        + textwrap.fill(f"ES: {translation}", wrap),
+        fontsize="medium",
+    )
+    return translation, save_png(fig, Path(out))
 
-    model, src_tok, tgt_tok = loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
+
+def _attention(translator, sentence: str, layer: int, kind: str):
+    """(translation, the weights of decoder layer `layer` (from 1) as (heads, rows, cols),
+    the rows' labels, the columns' labels) of the greedy translation of `sentence`."""
+    import torch
+
+    from . import tokenizer as tok
+    from .tokenizer import BOS, EOS
+    from .translate import source_ids, translate_ids
+
+    model, device = translator.model, translator.device
+    src_tok, tgt_tok = translator.src_tokenizer, translator.tgt_tokenizer
     # the same greedy search `translate --beam 1` runs, with the same length limits
     ids = source_ids(model, src_tok, [sentence])
-    greedy = dataclasses.replace(decode, beam=1, nbest=1)
+    greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
     tokens = translate_ids(model, ids, greedy, device=device)[0][0].tokens
-    translation = tok.decode(tgt_tok, [tokens])[0]
-    src_ids = [*ids[0], EOS]
-    tgt_in = [BOS, *tokens]
-    n = layer if layer > 0 else layers + 1 + layer  # from 1
-    src = torch.tensor([src_ids], device=device)
-    self_w, cross_w = model.attention_weights(src, torch.tensor([tgt_in], device=device))[n - 1]
-    weights = (cross_w if kind == "cross" else self_w)[0].float().cpu()  # (heads, rows, cols)
-
+    src_ids, tgt_in = [*ids[0], EOS], [BOS, *tokens]
+    src, tgt = (torch.tensor([x], device=device) for x in (src_ids, tgt_in))
+    self_w, cross_w = model.attention_weights(src, tgt)[layer - 1]
+    weights = (cross_w if kind == "cross" else self_w)[0].float().cpu()
     rows = _labels(tgt_tok, [*tokens, EOS])
     cols = _labels(src_tok, src_ids) if kind == "cross" else _labels(tgt_tok, tgt_in)
+    return tok.decode(tgt_tok, [tokens])[0], weights, rows, cols
+
+
+def _heat_maps(weights, rows: list[str], cols: list[str], kind: str):
+    """A figure of one heat map a head, and its width in inches."""
     heads = weights.shape[0]
     # Square cells of about a quarter inch, room for the labels (~1 inch) around each panel,
     # and the full grid of heads whose figure is closest to a 3:2 landscape.
@@ -224,16 +246,7 @@ def plot_attention(
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     fig.supxlabel("source token" if kind == "cross" else "decoder input token", fontsize="medium")
     fig.supylabel("output token", fontsize="medium")
-
-    wrap = max(40, int(width * 12))
-    fig.suptitle(
-        f"{kind}-attention, decoder layer {n} of {layers}\n"
-        + textwrap.fill(f"EN: {sentence}", wrap)
-        + "\n"
-        + textwrap.fill(f"ES: {translation}", wrap),
-        fontsize="medium",
-    )
-    return translation, save_png(fig, Path(out))
+    return fig, width
 
 
 def _labels(tokenizer, ids: list[int]) -> list[str]:

@@ -23,8 +23,10 @@ from .corpus import Pair
 from .decode import length_penalty
 from .device import autocast, precision_for
 from .errors import ConfigError
-from .model import PAD, Transformer
+from .model import Transformer, max_length
 from .store import Split
+from .tokenizer import PAD
+from .translate import decode_batch_tokens
 
 
 @dataclass
@@ -59,7 +61,7 @@ def score_ids(
     """The same for token ids (without BOS and EOS). A pair longer than the model's positions
     is refused: it cannot be scored whole."""
     device = torch.device(device)
-    limit = model.cfg.max_positions - 1  # room for EOS (source, labels) or BOS (input)
+    limit = max_length(model.cfg)
     for number, (src, tgt) in enumerate(zip(src_ids, tgt_ids), start=1):
         if max(len(src), len(tgt)) > limit:
             raise ConfigError(
@@ -71,7 +73,8 @@ def score_ids(
     dtype, _ = precision_for(cfg.precision, device)
     model.eval()
     logprobs = np.zeros(len(split))
-    for index in token_batches(*lengths, cfg.batch_tokens, 0, 0, shuffle=False):
+    budget = decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
+    for index in token_batches(*lengths, budget, 0, 0, shuffle=False):
         src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
         with autocast(device, dtype):
             logits = model(src, tgt_in)  # (B, T, V)

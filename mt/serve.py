@@ -5,9 +5,12 @@ bots, libretranslatepy) work unchanged: `POST /translate` with `q` (a text or a 
 `source`, `target`, `alternatives`, `format` ("text") and `api_key` (ignored), as JSON or a
 form, answers `translatedText` and `alternatives`; ours add `scores` (best first, the
 length-normalised log-probability; null for greedy search), `beam`, `model`, `step` and
-`seconds`. `GET /languages` is LibreTranslate's too; `GET /health` says whether the model is
-ready, `GET /info` what it is. Errors are `{"error": "..."}` with their status: 400 bad input,
-413 too long, 415 wrong content type, 503 loading or busy; never a traceback.
+`seconds`. LibreTranslate's too: `GET /languages`, `POST /detect` (the model's source language,
+certain), `GET /frontend/settings`, `POST /translate_file` (a .txt file, one text a line; its
+translation downloaded from `/download_file/...`) and `POST /suggest` (off: 403). Ours: `GET
+/health` says whether the model is ready, `GET /info` what it is. Errors are `{"error": "..."}`
+with their status: 400 bad input, 413 too long, 415 wrong content type, 503 loading or busy;
+never a traceback.
 
 Batching: every request's texts join one queue, and one decoder thread takes the oldest, then
 whatever else arrives within `batch_wait_ms` (until `batch_texts` texts), and decodes them as
@@ -29,21 +32,25 @@ import dataclasses
 import json
 import math
 import queue
+import re
 import signal
 import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from .errors import ConfigError, MtError
 
 if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays quick
     import asyncio
+
+    from .engine import Translator
 
 PAGE = Path(__file__).with_name("serve.html")
 MAX_BEAM = 16
@@ -53,6 +60,10 @@ DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this
 LANGUAGE_NAMES = {"en": "English", "es": "Spanish"}
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam")
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
+MULTIPART_TYPE = "multipart/form-data"
+FILE_FORMATS = (".txt",)  # /translate_file: one text a line
+KEPT_FILES = 64  # translated files kept in memory for /download_file, the newest
+FRONTEND_TIMEOUT_MS = 500  # /frontend/settings: LibreTranslate's default
 
 
 @dataclass
@@ -98,17 +109,14 @@ class Job:
 
 
 class Service:
-    """The model, loaded in a thread of its own, and the decoder thread that batches jobs.
+    """The model, opened in a thread of its own, and the decoder thread that batches jobs.
 
-    `load()` returns (loaded, cfg, device) as `mt.cli._load_for_decoding` does; `translate`
-    is called as translate(loaded, texts, cfg, device, False) -> up to cfg.decode.nbest
-    (text, score) pairs per text, as `mt.cli._translate_nbest`."""
+    `open_model()` returns the `engine.Translator` to serve (its decode section is the
+    server's default)."""
 
-    def __init__(self, load: Callable[[], tuple], translate: Callable, settings: Settings):
-        self.load, self.translate, self.settings = load, translate, settings
-        self.loaded: Any = None
-        self.cfg: Any = None
-        self.device: Any = None
+    def __init__(self, open_model: Callable[[], Translator], settings: Settings):
+        self.open_model, self.settings = open_model, settings
+        self.translator: Translator | None = None
         self.info: dict[str, Any] = {}
         self.error: BaseException | None = None
         self.on_failure: Callable[[], None] = lambda: None
@@ -118,7 +126,7 @@ class Service:
 
     @property
     def ready(self) -> bool:
-        return self.loaded is not None
+        return self.translator is not None
 
     def start(self) -> None:
         threading.Thread(target=self._load, name="mt-load", daemon=True).start()
@@ -129,22 +137,26 @@ class Service:
     def _load(self) -> None:
         started = time.perf_counter()
         try:
-            loaded, cfg, device = self.load()
-            self.translate(loaded, ["Hello."], cfg, device, False)  # warm up the first batch
+            translator = self.open_model()
+            translator.translate_nbest(["Hello."])  # warm up the first batch
         except BaseException as e:  # an MtError to report, or a bug: the server stops either way
             self.error = e
             log("the model could not be loaded; stopping")
             self.on_failure()
             return
-        self.info = describe(loaded, cfg, device)
-        self.cfg, self.device = cfg, device
+        self.info = translator.info()
         threading.Thread(target=self._decode, name="mt-decode", daemon=True).start()
-        self.loaded = loaded
+        self.translator = translator
         seconds = time.perf_counter() - started
         log(
             f"ready in {seconds:.1f} s: {self.info['model']} (step {self.info['step']}), "
-            f"{self.info['engine']} on {self.info['device']}, beam {cfg.decode.beam}"
+            f"{self.info['engine']} on {self.info['device']}, beam {self.beam}"
         )
+
+    @property
+    def beam(self) -> int:
+        """The beam of a request that does not say."""
+        return self.translator.config.decode.beam
 
     def _decode(self) -> None:
         """Take the oldest job, gather more for up to batch_wait_ms, decode, answer; repeat."""
@@ -169,12 +181,11 @@ class Service:
                 self._run(jobs, beam, nbest)
 
     def _run(self, jobs: list[Job], beam: int, nbest: int) -> None:
-        decode = dataclasses.replace(self.cfg.decode, beam=beam, nbest=nbest)
-        cfg = dataclasses.replace(self.cfg, decode=decode)
+        decode = dataclasses.replace(self.translator.config.decode, beam=beam, nbest=nbest)
         texts = [text for job in jobs for text in job.texts]
         self.batches, self.decoded = self.batches + 1, self.decoded + len(texts)
         try:
-            found = self.translate(self.loaded, texts, cfg, self.device, False)
+            found = self.translator.translate_nbest(texts, decode)
         except Exception as e:  # a bug: its requests get a 500, the others go on
             for job in jobs:
                 job.loop.call_soon_threadsafe(_settle, job.future, None, e)
@@ -213,31 +224,6 @@ def _settle(future: asyncio.Future, result: Any, error: BaseException | None) ->
         future.set_exception(error)
 
 
-def describe(loaded: Any, cfg: Any, device: Any) -> dict[str, Any]:
-    """What /info says about the model: name, step, validation BLEU, engine, device, config."""
-    from . import checkpoint as ckpt
-    from .export import Exported, _known_bleu
-
-    exported = isinstance(loaded, Exported)
-    if exported:
-        meta, name = loaded.manifest, loaded.path.name
-        bleu = meta.get("bleu")
-    else:
-        meta, name = loaded.metadata, ckpt.run_dir_of(loaded.path, cfg).name
-        bleu = _known_bleu(meta)
-    return {
-        "model": name,
-        "path": str(loaded.path),
-        "step": int(meta.get("step", 0)),
-        "valid_bleu": bleu,
-        "engine": "ctranslate2" if exported else "torch",
-        "device": str(device),
-        "source": cfg.data.src_lang,
-        "target": cfg.data.tgt_lang,
-        "config": cfg.to_dict(),
-    }
-
-
 def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, target: str):
     """A /translate request's fields -> (texts, one text or a list, beam, alternatives, auto),
     or BadRequest naming the culprit. `beam` is the model's default; a form's values are
@@ -257,10 +243,7 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
     for i, text in enumerate(texts):
         if not text.strip():
             raise BadRequest(400, f"q{'' if single else f'[{i}]'}: empty text")
-    for key, want in (("source", source), ("target", target)):
-        value = fields.get(key, want)
-        if value != want and not (key == "source" and value == "auto"):
-            raise BadRequest(400, f"{key}: {value!r} is not served (this model: {source}→{target})")
+    check_languages(fields, source, target)
     if fields.get("format", "text") != "text":
         raise BadRequest(400, f"format: {fields['format']!r} is not served (only 'text')")
     alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
@@ -268,6 +251,14 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
     if alternatives >= beam:
         raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
     return texts, single, beam, alternatives, fields.get("source") == "auto"
+
+
+def check_languages(fields: dict[str, Any], source: str, target: str) -> None:
+    """`source` (or auto) and `target`, where given, must be the model's."""
+    for key, want in (("source", source), ("target", target)):
+        value = fields.get(key, want)
+        if value != want and not (key == "source" and value == "auto"):
+            raise BadRequest(400, f"{key}: {value!r} is not served (this model: {source}→{target})")
 
 
 def _integer(fields: dict[str, Any], key: str, default: int, low: int, high: int, form: bool):
@@ -300,23 +291,33 @@ def check_limits(texts: list[str], settings: Settings) -> None:
             )
 
 
-async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any], bool]:
-    """The body of a /translate request as fields, and whether it was a form."""
-    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if kind not in (JSON_TYPE, FORM_TYPE):
-        raise BadRequest(415, f"Content-Type: expected {JSON_TYPE} or {FORM_TYPE}, got {kind!r}")
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request's body, or 413 past `limit` bytes (read on, and dropped, up to DRAIN_BYTES
+    so that the client reads the 413 rather than a connection reset)."""
     body, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > settings.max_body:
+        if size > limit:
             if size > DRAIN_BYTES:
                 break
             continue
         body.append(chunk)
-    if size > settings.max_body:
-        raise BadRequest(413, f"body of {size:,} bytes or more, at most {settings.max_body:,}")
+    if size > limit:
+        raise BadRequest(413, f"body of {size:,} bytes or more, at most {limit:,}")
+    return b"".join(body)
+
+
+def content_type(request: Any) -> str:
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any], bool]:
+    """The body of a /translate or /detect request as fields, and whether it was a form."""
+    kind = content_type(request)
+    if kind not in (JSON_TYPE, FORM_TYPE):
+        raise BadRequest(415, f"Content-Type: expected {JSON_TYPE} or {FORM_TYPE}, got {kind!r}")
     try:
-        text = b"".join(body).decode("utf-8")
+        text = (await read_body(request, settings.max_body)).decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadRequest(400, f"body is not UTF-8 (byte {e.start})") from None
     if kind == FORM_TYPE:
@@ -362,77 +363,225 @@ def answer(found: list, single: bool, auto: bool, info: dict, beam: int, seconds
     return out
 
 
+def _json(content: Any, status: int = 200, headers: dict | None = None) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse(content, status, headers=headers)
+
+
+def error(status: int, message: str, retry: bool = False) -> Any:
+    """`{"error": message}` with its status (and Retry-After where trying again may work)."""
+    return _json({"error": message}, status, {"Retry-After": "1"} if retry else None)
+
+
+def endpoint(handler: Callable) -> Callable:
+    """A handler whose BadRequest is its error answer."""
+
+    async def handle(api: Api, request: Any) -> Any:
+        from starlette.requests import ClientDisconnect
+
+        try:
+            return await handler(api, request)
+        except BadRequest as e:
+            return error(e.status, str(e), e.retry)
+        except ClientDisconnect:
+            return error(400, "the client disconnected")
+
+    return handle
+
+
+class Api:
+    """The HTTP endpoints of a Service, each a Starlette handler: LibreTranslate's where it
+    has one (/translate, /languages, /detect, /frontend/settings, /translate_file, /suggest),
+    so that its clients work unchanged, and ours (/, /health, /info)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service, self.settings = service, service.settings
+        self.page = PAGE.read_text(encoding="utf-8")
+        self.files: dict[str, bytes] = {}  # translated files by download name, oldest first
+
+    def _info(self) -> dict[str, Any]:
+        """What the model is, or 503 while it loads (or after it failed to)."""
+        if not self.service.ready:
+            why = "the model failed to load" if self.service.error else "the model is loading"
+            raise BadRequest(503, why, True)
+        return self.service.info
+
+    async def index(self, request: Any) -> Any:
+        from starlette.responses import HTMLResponse
+
+        return HTMLResponse(self.page)
+
+    @endpoint
+    async def health(self, request: Any) -> Any:
+        self._info()
+        service = self.service
+        counts = {"pending": service.pending, "batches": service.batches, "texts": service.decoded}
+        return _json({"status": "ready", **counts})
+
+    @endpoint
+    async def info(self, request: Any) -> Any:
+        limits = dataclasses.asdict(self.settings) | {"max_body": self.settings.max_body}
+        return _json(self._info() | {"beam": self.service.beam, "serve": limits})
+
+    @endpoint
+    async def languages(self, request: Any) -> Any:
+        info = self._info()
+        src, tgt = info["source"], info["target"]
+        return _json([language(src, [tgt]), language(tgt, [])])
+
+    @endpoint
+    async def translate(self, request: Any) -> Any:
+        started = time.perf_counter()
+        fields, form = await read_fields(request, self.settings)
+        info = self._info()
+        texts, single, beam, alternatives, auto = parse_request(
+            fields, form, self.service.beam, info["source"], info["target"]
+        )
+        check_limits(texts, self.settings)
+        request.scope["mt.texts"] = len(texts)
+        found = await self.service.submit(texts, beam, alternatives + 1)
+        seconds = time.perf_counter() - started
+        return _json(answer(found, single, auto, info, beam, seconds))
+
+    @endpoint
+    async def detect(self, request: Any) -> Any:
+        """The model's source language, certain: LibreTranslate's list of candidates (one), a
+        list of them per text for a list."""
+        fields, _ = await read_fields(request, self.settings)
+        q = fields.get("q")
+        if not q or not isinstance(q, (str, list)):
+            raise BadRequest(400, "Invalid request: missing q parameter")
+        found = [{"confidence": 100.0, "language": self._info()["source"]}]
+        return _json(found if isinstance(q, str) else [found] * len(q))
+
+    @endpoint
+    async def frontend_settings(self, request: Any) -> Any:
+        info = self._info()
+        src, tgt = language(info["source"], []), language(info["target"], [])
+        return _json(
+            {
+                "charLimit": self.settings.max_chars,
+                "frontendTimeout": FRONTEND_TIMEOUT_MS,
+                "apiKeys": False,
+                "keyRequired": False,
+                "suggestions": False,
+                "filesTranslation": True,
+                "supportedFilesFormat": list(FILE_FORMATS),
+                "language": {
+                    "source": {"code": src["code"], "name": src["name"]},
+                    "target": {"code": tgt["code"], "name": tgt["name"]},
+                },
+            }
+        )
+
+    @endpoint
+    async def suggest(self, request: Any) -> Any:
+        await read_body(request, self.settings.max_body)
+        raise BadRequest(403, "Suggestions are disabled on this server.")
+
+    @endpoint
+    async def translate_file(self, request: Any) -> Any:
+        """A .txt file translated line by line (blank lines kept); its translation is kept
+        in memory (the newest KEPT_FILES) for /download_file."""
+        name, lines = await read_text_file(request, self.settings, self._info())
+        request.scope["mt.texts"] = len(lines)
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        found = await self.service.submit([lines[i] for i in todo], self.service.beam, 1)
+        for i, hyps in zip(todo, found):
+            lines[i] = hyps[0][0]
+        stored = f"{uuid.uuid4()}.{name}"
+        self.files[stored] = "".join(line + "\n" for line in lines).encode("utf-8")
+        while len(self.files) > KEPT_FILES:
+            del self.files[next(iter(self.files))]
+        url = request.url_for("download_file", filename=stored)
+        return _json({"translatedFileUrl": str(url)})
+
+    @endpoint
+    async def download_file(self, request: Any) -> Any:
+        from starlette.responses import Response
+
+        stored = request.path_params["filename"]
+        if stored not in self.files:
+            raise BadRequest(404, f"{stored}: no such file (or no longer kept)")
+        name = stored.partition(".")[2]
+        disposition = f"attachment; filename*=UTF-8''{quote(name)}"
+        headers = {"Content-Disposition": disposition}
+        return Response(self.files[stored], media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def language(code: str, targets: list[str]) -> dict[str, Any]:
+    """A language as LibreTranslate's /languages lists it."""
+    return {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}
+
+
+async def read_text_file(request: Any, settings: Settings, info: dict) -> tuple[str, list[str]]:
+    """A /translate_file request's file (multipart/form-data: `file`, `source`, `target`,
+    `api_key`): its safe name and its lines; a file that is not .txt UTF-8 text is refused."""
+    if content_type(request) != MULTIPART_TYPE:
+        raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
+    body = await read_body(request, settings.max_body)
+    fields = parse_multipart(request.headers["content-type"], body)
+    unknown = sorted(set(fields) - {"file", "source", "target", "api_key"})
+    if unknown:
+        raise BadRequest(
+            400, f"unknown field '{unknown[0]}' (known: file, source, target, api_key)"
+        )
+    if not fields.get("file", (None,))[0]:  # no file, or one without a name
+        raise BadRequest(400, "Invalid request: missing file parameter")
+    values = {key: value.decode("utf-8", "replace") for key, (_, value) in fields.items()}
+    check_languages(values, info["source"], info["target"])
+    filename, data = fields["file"]
+    name = re.sub(r"[^\w.-]", "_", Path(filename).name).lstrip(".") or "file.txt"
+    if Path(name).suffix.lower() not in FILE_FORMATS:
+        raise BadRequest(
+            400, f"{filename}: file format not supported (only {', '.join(FILE_FORMATS)})"
+        )
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise BadRequest(400, f"{filename}: not UTF-8 text (byte {e.start})") from None
+    for number, line in enumerate(lines, start=1):
+        if len(line) > settings.max_chars:
+            raise BadRequest(
+                413,
+                f"{filename}: line {number}: {len(line)} characters, at most "
+                f"{settings.max_chars} (--max-chars)",
+            )
+    return name, lines
+
+
+def parse_multipart(kind: str, body: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """multipart/form-data fields: name -> (the file's name or None, the value's bytes)."""
+    from email import message_from_bytes
+    from email.policy import HTTP
+
+    head = f"Content-Type: {kind}\r\n\r\n".encode("latin-1", "replace")
+    message = message_from_bytes(head + body, policy=HTTP)
+    if not message.is_multipart() or message.defects:
+        raise BadRequest(400, "body is not valid multipart/form-data")
+    fields = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            fields[name] = (part.get_filename(), part.get_payload(decode=True) or b"")
+    return fields
+
+
 def create_app(service: Service) -> Any:
     """The Starlette application of `service`, its access log included."""
     from contextlib import asynccontextmanager
 
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
-    from starlette.requests import ClientDisconnect, Request
-    from starlette.responses import HTMLResponse, JSONResponse
     from starlette.routing import Route
 
-    settings = service.settings
-    page = PAGE.read_text(encoding="utf-8")
+    api = Api(service)
 
-    def error(status: int, message: str, retry: bool = False) -> JSONResponse:
-        headers = {"Retry-After": "1"} if retry else None
-        return JSONResponse({"error": message}, status, headers=headers)
-
-    def not_ready() -> JSONResponse:
-        why = "the model failed to load" if service.error else "the model is loading"
-        return error(503, why, True)
-
-    async def index(request: Request) -> HTMLResponse:
-        return HTMLResponse(page)
-
-    async def health(request: Request) -> JSONResponse:
-        if not service.ready:
-            return not_ready()
-        counts = {"pending": service.pending, "batches": service.batches, "texts": service.decoded}
-        return JSONResponse({"status": "ready", **counts})
-
-    async def info(request: Request) -> JSONResponse:
-        if not service.ready:
-            return not_ready()
-        limits = dataclasses.asdict(settings) | {"max_body": settings.max_body}
-        return JSONResponse(service.info | {"beam": service.cfg.decode.beam, "serve": limits})
-
-    async def languages(request: Request) -> JSONResponse:
-        if not service.ready:
-            return not_ready()
-        src, tgt = service.info["source"], service.info["target"]
-        return JSONResponse(
-            [
-                {"code": src, "name": LANGUAGE_NAMES.get(src, src), "targets": [tgt]},
-                {"code": tgt, "name": LANGUAGE_NAMES.get(tgt, tgt), "targets": []},
-            ]
-        )
-
-    async def translate(request: Request) -> JSONResponse:
-        started = time.perf_counter()
-        try:
-            fields, form = await read_fields(request, settings)
-            if not service.ready:
-                return not_ready()
-            src, tgt = service.info["source"], service.info["target"]
-            texts, single, beam, alternatives, auto = parse_request(
-                fields, form, service.cfg.decode.beam, src, tgt
-            )
-            check_limits(texts, settings)
-            request.scope["mt.texts"] = len(texts)
-            found = await service.submit(texts, beam, alternatives + 1)
-        except BadRequest as e:
-            return error(e.status, str(e), e.retry)
-        except ClientDisconnect:
-            return error(400, "the client disconnected")
-        seconds = time.perf_counter() - started
-        return JSONResponse(answer(found, single, auto, service.info, beam, seconds))
-
-    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+    async def http_error(request: Any, e: HTTPException) -> Any:
         return error(e.status_code, e.detail)
 
-    async def server_error(request: Request, e: Exception) -> JSONResponse:
+    async def server_error(request: Any, e: Exception) -> Any:
         return error(500, "internal error (the server's log has the details)")
 
     @asynccontextmanager
@@ -441,14 +590,21 @@ def create_app(service: Service) -> Any:
         yield
         service.stop()
 
+    post = ["POST"]
+    routes = [
+        Route("/", api.index),
+        Route("/health", api.health),
+        Route("/info", api.info),
+        Route("/languages", api.languages),
+        Route("/translate", api.translate, methods=post),
+        Route("/detect", api.detect, methods=post),
+        Route("/frontend/settings", api.frontend_settings),
+        Route("/translate_file", api.translate_file, methods=post),
+        Route("/download_file/{filename}", api.download_file, name="download_file"),
+        Route("/suggest", api.suggest, methods=post),
+    ]
     app = Starlette(
-        routes=[
-            Route("/", index),
-            Route("/health", health),
-            Route("/info", info),
-            Route("/languages", languages),
-            Route("/translate", translate, methods=["POST"]),
-        ],
+        routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
     )
@@ -511,7 +667,7 @@ def server(app: Any) -> Any:
     return uvicorn.Server(config)
 
 
-def run(load: Callable[[], tuple], translate: Callable, settings: Settings, host: str, port: int):
+def run(open_model: Callable[[], Translator], settings: Settings, host: str, port: int):
     """Serve until SIGINT or SIGTERM; the error of a model that failed to load is raised."""
     try:
         import starlette  # noqa: F401
@@ -519,7 +675,7 @@ def run(load: Callable[[], tuple], translate: Callable, settings: Settings, host
     except ImportError:
         raise MtError("starlette and uvicorn are not installed: pip install 'mt[serve]'") from None
     sock = listen(host, port)
-    service = Service(load, translate, settings)
+    service = Service(open_model, settings)
     uv = server(create_app(service))
     service.on_failure = lambda: setattr(uv, "should_exit", True)
     stop = uv.handle_exit  # uvicorn's signal handler, which starts the graceful stop

@@ -17,6 +17,7 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tokenizers import (
@@ -29,8 +30,13 @@ from tokenizers import (
     trainers,
 )
 
-from .config import SPECIAL_TOKENS, TokenizerConfig
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from .config import TokenizerConfig
+
+SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # fixed ids 0..3 in every vocabulary
+PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 
 
 def train_tokenizer(

@@ -22,17 +22,19 @@ import torch
 
 from . import checkpoint, finetune, health, metrics
 from .batches import Batch, Batches
-from .config import EOS, Config, TrainConfig, check_training_stops, one_line
+from .config import Config, TrainConfig, check_training_stops, one_line
 from .data import dropout_epochs, inputs_of, prepare
 from .errors import ConfigError, Unhealthy
 from .files import remove
 from .health import Checks
+from .layout import BEST, LAST, checkpoints_dir
 from .model import Transformer
 from .packing import row_length
 from .progress import Progress, say
 from .ranks import Agreement, Ranks, StopSignal
 from .schedule import time_fitted, warmup_updates
 from .state import Pace, TrainState
+from .tokenizer import EOS
 from .update import Update, Updater
 from .validate import validate
 
@@ -75,7 +77,7 @@ class Trainer:
         t = config.train
         self.config, self.resume_hint, self.clock = config, resume_hint, clock
         self.run_dir = Path(config.run.dir)
-        self.ckpt_dir = self.run_dir / "checkpoints"
+        self.ckpt_dir = checkpoints_dir(self.run_dir)
         self.ranks = Ranks(config.run.device)
         self.device, self.main = self.ranks.device, self.ranks.main
         resume = self._resume_point(restart)
@@ -356,7 +358,7 @@ class Trainer:
             state.best_bleu, state.bad_evals = bleu, 0
             path = self._save()  # on every rank: a save gathers their generator states
             if self.main:
-                checkpoint.point(self.ckpt_dir, "best", path)
+                checkpoint.point(self.ckpt_dir, BEST, path)
         else:
             state.bad_evals += 1
         return bool(t.patience) and state.bad_evals >= t.patience
@@ -410,7 +412,7 @@ class Trainer:
             (self.data.src_tokenizer, self.data.tgt_tokenizer),
             extra,
         )
-        checkpoint.point(self.ckpt_dir, "last", path)
+        checkpoint.point(self.ckpt_dir, LAST, path)
         checkpoint.prune(self.ckpt_dir, self.config.train.keep_last)
         self.ranks.barrier()
         return path

@@ -14,11 +14,12 @@ from tqdm import tqdm
 
 from . import tokenizer as tok
 from .batches import pad_batch
-from .config import DecodeConfig
+from .config import DecodeConfig, ModelConfig
 from .decode import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
 from .device import autocast, precision_for
 from .errors import MtError
-from .model import EOS, Transformer, max_length
+from .model import Transformer, max_length
+from .tokenizer import EOS
 
 
 def translate(
@@ -73,15 +74,18 @@ def source_ids(model: Transformer, tokenizer: Tokenizer, texts: Sequence[str]) -
 CPU_BATCH_TOKENS = 4096  # decode.batch_tokens 0 (auto) on a CPU, where more is no faster
 
 
-def batch_tokens_for(cfg: DecodeConfig, model: Transformer, device: torch.device) -> int:
+def decode_batch_tokens(
+    cfg: DecodeConfig, model: ModelConfig, vocab_size: int, device: torch.device | str
+) -> int:
     """`decode.batch_tokens`, or where it is 0 (auto) the device's: 4096 on a CPU; on a GPU
     what a quarter of its free memory holds, at most 65,536 (plenty to fill an H100's step):
     per source token about two target positions of cached keys and values and four float32
-    copies of a row's logits, all in float32 (bf16 halves the first)."""
+    copies of a row's logits, all in float32 (bf16 halves the first). The one reading of the
+    key, for translating (either engine) and scoring."""
+    device = torch.device(device)
     if cfg.batch_tokens or device.type != "cuda":
         return cfg.batch_tokens or CPU_BATCH_TOKENS
-    m = model.cfg
-    per_token = 4 * (2 * 2 * m.decoder_layers * m.d_model + 4 * model.out.out_features)
+    per_token = 4 * (2 * 2 * model.decoder_layers * model.d_model + 4 * vocab_size)
     return max(CPU_BATCH_TOKENS, min(2**16, torch.cuda.mem_get_info(device)[0] // 4 // per_token))
 
 
@@ -95,23 +99,18 @@ def translate_ids(
 ) -> list[list[Hypothesis]]:
     """Hypotheses (token ids and scores) for each source (ids from `source_ids`), in order.
     A batch too big for the device's memory is halved (said once) until it fits."""
-    beam = cfg.beam
     device = torch.device(device)
     dtype, _ = precision_for(cfg.precision, device)
     plan = plan_for(device)
     model.eval()
     results: list[list[Hypothesis]] = [[] for _ in ids]
     order = [i for i in np.argsort([-len(x) for x in ids], kind="stable") if ids[i]]
-    budget = batch_tokens_for(cfg, model, device)
-    batches, start = [], 0
-    while start < len(order):  # longest first: the batch size is set by its first sentence
-        size = max(1, budget // ((len(ids[order[start]]) + 1) * beam))
-        batches.append(order[start : start + size])
-        start += size
+    budget = decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
     bar = tqdm(
         total=len(order), desc="translate", unit="sent", disable=not progress or None, leave=False
     )
-    pending, cap = batches[::-1], len(order)  # a stack; cap: sentences a batch may hold
+    # a stack of batches; cap: the sentences a batch may hold (lowered when one did not fit)
+    pending, cap = _batches(ids, order, budget, cfg.beam)[::-1], len(order)
     while pending:
         batch = pending.pop()
         if len(batch) > cap:
@@ -120,19 +119,12 @@ def translate_ids(
         src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=EOS)).to(device)
         try:
             with autocast(device, dtype):  # log-probabilities are float32 all the same
-                if beam == 1 and cfg.nbest == 1:
-                    lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
-                    found = [
-                        [Hypothesis(t, float("nan"), float("nan"))]
-                        for t in greedy(model, src, lengths, plan)
-                    ]
-                else:
-                    found = beam_search(model, src, cfg, plan)
+                found = _search(model, src, cfg, plan)
         except torch.OutOfMemoryError:
             if len(batch) == 1:
                 raise MtError(
                     f"a sentence of {src.size(1)} tokens does not fit in the memory of "
-                    f"{device} with beam {beam}"
+                    f"{device} with beam {cfg.beam}"
                 ) from None
             if cap == len(order):
                 print(
@@ -151,3 +143,24 @@ def translate_ids(
         bar.update(len(batch))
     bar.close()
     return results
+
+
+def _batches(ids: Sequence[Sequence[int]], order: list, budget: int, beam: int) -> list[list]:
+    """The sentences `order` (longest first) cut into batches of about `budget` tokens: a
+    batch's size is set by its first sentence, its source and EOS once per beam."""
+    batches, start = [], 0
+    while start < len(order):
+        size = max(1, budget // ((len(ids[order[start]]) + 1) * beam))
+        batches.append(order[start : start + size])
+        start += size
+    return batches
+
+
+def _search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, plan) -> list:
+    """Greedy search (one hypothesis, no score) or beam search of one batch."""
+    if cfg.beam == 1 and cfg.nbest == 1:
+        lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
+        return [
+            [Hypothesis(t, float("nan"), float("nan"))] for t in greedy(model, src, lengths, plan)
+        ]
+    return beam_search(model, src, cfg, plan)

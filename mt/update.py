@@ -14,10 +14,11 @@ from .batches import Batch
 from .config import TrainConfig
 from .device import autocast, precision_for
 from .loss import smoothed_loss
-from .model import PAD, flex_refusal
+from .model import flex_refusal
 from .packing import PackedBatch, each
 from .progress import say
 from .ranks import Ranks
+from .tokenizer import PAD
 from .warmup import compiles, on_every_rank, rehearse
 
 

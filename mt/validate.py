@@ -14,8 +14,9 @@ from .batches import collate, token_batches
 from .config import Config
 from .data import Prepared
 from .loss import smoothed_loss
-from .model import PAD, Transformer, max_length
+from .model import Transformer, max_length
 from .store import Split
+from .tokenizer import PAD
 
 
 def validate(

@@ -39,7 +39,7 @@ import yaml
 from bench_prepare import render as render_scale
 from bench_prepare import run as run_scale
 from bench_serve import render as render_serve
-from bench_train_speed import CPU_FLAGS, REFERENCE_THEN
+from bench_train_speed import REFERENCE_THEN
 
 from mt.metrics import read_metrics
 
@@ -354,17 +354,13 @@ def kept() -> str:
 
 
 def machine() -> str:
-    from mt.device import cpu_info
-
-    cpu, flags = cpu_info()
-    cpu = cpu or platform.processor()
-    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
     import torch
 
-    present = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + " ".join(CPU_FLAGS)
+    from mt.device import cpu_description
+
     return (
-        f"{cpu} ({vector}; flags: {present}), {os.cpu_count()} cores, Linux "
-        f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__}"
+        f"{cpu_description()}, Linux {platform.release()}, Python "
+        f"{platform.python_version()}, torch {torch.__version__}"
     )
 
 

@@ -20,10 +20,9 @@ from pathlib import Path
 import torch
 from bench_train_speed import reference_speed
 
-from mt import checkpoint
 from mt import tokenizer as tok
 from mt.corpus import read_pairs_jsonl
-from mt.translate import translate
+from mt.engine import open_translator
 
 
 def main() -> None:
@@ -49,24 +48,20 @@ def main() -> None:
     args = parser.parse_args()
 
     reference = [reference_speed(args.data)] if args.data else []
-    loaded = checkpoint.load(args.checkpoint, args.device)
+    translator = open_translator(args.checkpoint, "torch", args.device)
     sources = [src for src, _ in read_pairs_jsonl(args.pairs, "en", "es")]
-    lengths = [len(ids) for ids in tok.encode(loaded.src_tokenizer, sources)]
+    lengths = [len(ids) for ids in tok.encode(translator.src_tokenizer, sources)]
     sources = [sources[i] for i in sorted(range(len(sources)), key=lambda i: -lengths[i])]
-    decode = loaded.config.decode
+    decode = translator.config.decode
     # batch_tokens large enough that --batch-sentences sentences fit, as in a fixed-size batch
     longest = max(lengths) + 1
 
     def rate(texts: list[str], beam: int, per_batch: int) -> float:
         started = time.perf_counter()
         for i in range(0, len(texts), per_batch):
-            translate(
-                loaded.model,
-                loaded.src_tokenizer,
-                loaded.tgt_tokenizer,
+            translator.translate(
                 texts[i : i + per_batch],
                 dataclasses.replace(decode, beam=beam, batch_tokens=per_batch * longest * beam),
-                device=args.device,
             )
         return len(texts) / (time.perf_counter() - started)
 

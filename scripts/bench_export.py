@@ -13,10 +13,8 @@ imports torch too, through mt.translate). Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -33,32 +31,20 @@ def worker(
     {sentences_per_s, bleu, peak_mib}."""
     import torch
 
-    from mt import checkpoint, export
     from mt.corpus import read_pairs_jsonl
+    from mt.engine import open_translator
     from mt.evaluate import score
-    from mt.translate import translate
 
     torch.set_num_threads(threads)
     found = read_pairs_jsonl(pairs, "en", "es")[: sentences or None]
     sources, references = [s for s, _ in found], [r for _, r in found]
-    if engine == "torch":
-        loaded = checkpoint.load(model)
-        cfg = dataclasses.replace(loaded.config.decode, beam=beam, nbest=1)
-
-        def run(texts: list[str]) -> list[str]:
-            args = (loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer)
-            return translate(*args, texts, cfg)
-    else:
-        exported = export.load(model, threads=threads)
-        cfg = dataclasses.replace(exported.config.decode, beam=beam, nbest=1)
-
-        def run(texts: list[str]) -> list[str]:
-            return export.translate(exported, texts, cfg)
-
+    decode = [f"decode.beam={beam}", "decode.nbest=1"]
+    kind = "torch" if engine == "torch" else "ctranslate2"
+    translator = open_translator(model, kind, "cpu", threads, decode)
     with torch.inference_mode():
-        run(sources[:32])  # warm-up
+        translator.translate(sources[:32])  # warm-up
         started = time.perf_counter()
-        hypotheses = run(sources)
+        hypotheses = translator.translate(sources)
         seconds = time.perf_counter() - started
     # VmHWM: this process's peak resident memory (ru_maxrss would keep the parent's across exec)
     status = Path("/proc/self/status").read_text().split("VmHWM:")[1].split()
@@ -139,15 +125,6 @@ def bench(name: str, file: Path, folder: Path, args: argparse.Namespace, sentenc
     return {"sentences": len(ours), **found}
 
 
-def cpu() -> str:
-    from mt.device import cpu_info
-
-    name, flags = cpu_info()
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
-    present = " ".join(f for f in wanted if f in flags)
-    return f"{name or platform.processor()} (flags: {present}), {os.cpu_count()} cores"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint")
@@ -174,12 +151,13 @@ def main() -> None:
     import ctranslate2
 
     from mt import checkpoint
+    from mt.device import cpu_description
 
     with tempfile.TemporaryDirectory(prefix="bench-export-") as tmp:
         folder = Path(tmp)
         trained = checkpoint.resolve(args.checkpoint)
         results = {
-            "cpu": cpu(),
+            "cpu": cpu_description(),
             "threads": args.threads,
             "ctranslate2": ctranslate2.__version__,
             "pairs": args.pairs,

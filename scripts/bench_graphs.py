@@ -23,7 +23,7 @@ import torch
 
 import mt.translate
 from mt import checkpoint
-from mt.data import read_pairs_jsonl
+from mt.corpus import read_pairs_jsonl
 from mt.decode import Plan
 from mt.device import cpu_info, precision_for
 from mt.graphs import graphs_for

@@ -64,12 +64,7 @@ def worker(spec: dict) -> None:
             precision=precision,
             batch_tokens=spec["batch_tokens"] or default,
         )
-        try:
-            from mt.translate import batch_tokens_for
-
-            batch_tokens = batch_tokens_for(cfg, loaded.model, device)
-        except ImportError:  # a reference from before decode.batch_tokens 0
-            batch_tokens = cfg.batch_tokens
+        batch_tokens = resolved_batch_tokens(cfg, loaded.model, device)
         with torch.inference_mode():
             translate_ids(loaded.model, ids[:64], cfg, device)  # warm-up
             started = synced_clock()
@@ -90,6 +85,17 @@ def worker(spec: dict) -> None:
             }
         )
     print(json.dumps({"mt": mt.__file__, "load_s": load_s, "runs": runs}))
+
+
+def resolved_batch_tokens(cfg, model, device) -> int:
+    """decode.batch_tokens as the `mt` under test resolves it; a reference may be older."""
+    import mt.translate
+
+    if hasattr(mt.translate, "decode_batch_tokens"):
+        return mt.translate.decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
+    if hasattr(mt.translate, "batch_tokens_for"):  # before issue 27
+        return mt.translate.batch_tokens_for(cfg, model, device)
+    return cfg.batch_tokens  # before decode.batch_tokens 0
 
 
 def measure(path: Path, spec: dict) -> dict:

@@ -20,7 +20,6 @@ import http.client
 import itertools
 import json
 import os
-import platform
 import shlex
 import signal
 import statistics
@@ -31,8 +30,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-from bench_train_speed import CPU_FLAGS
 
 MT = str(Path(sys.executable).parent / "mt")
 
@@ -133,24 +130,15 @@ def one_batch(model: str, sentences: list[str], beam: int, threads: int) -> floa
     """Sentences/s of mt translate's decoding of all `sentences` in one call, on the CPU."""
     import torch
 
-    from mt.cli import _load_for_decoding, _translate_nbest
+    from mt.engine import open_translator
 
     torch.set_num_threads(threads)
 
-    loaded, cfg, dev = _load_for_decoding(model, None, None, "cpu", beam=beam)
-    _translate_nbest(loaded, sentences[:64], cfg, dev, False)  # warm up, as the server does
+    translator = open_translator(model, device="cpu", decode=[f"decode.beam={beam}"])
+    translator.translate_nbest(sentences[:64])  # warm up, as the server does
     started = time.perf_counter()
-    _translate_nbest(loaded, sentences, cfg, dev, False)
+    translator.translate_nbest(sentences)
     return len(sentences) / (time.perf_counter() - started)
-
-
-def cpu() -> tuple[str, list[str]]:
-    info = Path("/proc/cpuinfo").read_text()
-    name = next(
-        (line.split(":", 1)[1].strip() for line in info.splitlines() if "model name" in line),
-        platform.processor(),
-    )
-    return name, [f for f in CPU_FLAGS if f in info.split()]
 
 
 def render(r: dict) -> list[str]:
@@ -167,7 +155,7 @@ def render(r: dict) -> list[str]:
         f"{r['batch_texts']} texts, waiting up to {r['batch_wait_ms']:g} ms for more). `mt "
         f"translate`: all {r['sentences']} sentences in one call (its decoding, the model "
         "already loaded), in the same run, before and after the load. Machine: "
-        f"{r['cpu']} (flags: {' '.join(r['cpu_flags'])}), {r['cores']} cores, shared with "
+        f"{r['cpu']}, shared with "
         "other work while it ran: the ratio, measured side by side, is what counts. "
         f"Command: `{r['command']}`.",
         "",
@@ -221,7 +209,8 @@ def main() -> None:
         server = load(address, sentences, args.clients, args.seconds, args.max_requests)
         after = health(address)
     runs.append(one_batch(args.model, sentences, args.beam, args.threads))
-    name, flags = cpu()
+    from mt.device import cpu_description
+
     result = {
         "model": args.model,
         "clients": args.clients,
@@ -239,9 +228,7 @@ def main() -> None:
         "ratio": server["sentences_per_s"] / statistics.mean(runs),
         "stop_exit": serving.stopped["exit"],
         "stop_seconds": serving.stopped["seconds"],
-        "cpu": name,
-        "cpu_flags": flags,
-        "cores": os.cpu_count(),
+        "cpu": cpu_description(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": shlex.join(["python", "scripts/bench_serve.py", *sys.argv[1:]]),
     }

@@ -29,9 +29,10 @@ from torch import nn
 from mt.batches import collate, token_batches
 from mt.config import load_config
 from mt.data import prepare
-from mt.device import cpu_amx_bf16, cpu_flags, precision_for
+from mt.device import SPEED_FLAGS, cpu_amx_bf16, cpu_flags, precision_for
 from mt.loss import smoothed_loss
-from mt.model import PAD, Transformer, sinusoids
+from mt.model import Transformer, sinusoids
+from mt.tokenizer import PAD
 
 
 class Reference(nn.Module):
@@ -82,9 +83,6 @@ class SdpaAlways(nn.Module):
         with mock.patch("mt.model.explicit_attention", lambda device, dtype: False):
             return self.model(src, tgt_in)
 
-
-# what the CPU has for vectors and matrices, recorded with each measurement
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
 
 # torch.nn.Transformer of this shape trained at about this many target tokens/s on the
 # machine where the project's peer toolkits were measured (the project's own figure):
@@ -214,7 +212,7 @@ def speed(config, vocab: int, tensors, device: torch.device, precision: str) -> 
             {
                 "device": str(device),
                 "precision": str(dtype or "float32"),
-                "cpu_flags": [f for f in CPU_FLAGS if f in flags],
+                "cpu_flags": [f for f in SPEED_FLAGS if f in flags],
                 "amx_bf16_usable": cpu_amx_bf16(),
                 "shape": {
                     k: getattr(config.model, k)

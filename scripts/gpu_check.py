@@ -36,8 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train_speed, beside this
 
-from mt.model import PAD
 from mt.packing import PackedBatch
+from mt.tokenizer import PAD
 
 # Dense bf16 peak (FLOP/s, no sparsity) by a substring of torch.cuda.get_device_name().
 PEAK_BF16 = {

@@ -24,25 +24,19 @@ def main() -> None:
 
     from bench import machine  # scripts/ is on the path of a script run from it
 
-    from mt import checkpoint
     from mt.corpus import read_pairs_jsonl
-    from mt.score import score_pairs
+    from mt.engine import open_translator
 
-    loaded = checkpoint.load(args.checkpoint)
+    translator = open_translator(args.checkpoint, "torch", "cpu")
     pairs = read_pairs_jsonl(args.pairs, "en", "es")
     cycle = np.random.default_rng(args.seed).permutation(len(pairs))
     other = np.empty_like(cycle)  # each pair takes the reference of the one before it in a
     other[cycle] = np.roll(cycle, 1)  # random cycle: never its own
     swapped = [(src, pairs[j][1]) for (src, _), j in zip(pairs, other.tolist())]
-    scored = [
-        score_pairs(
-            loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, p, loaded.config.decode
-        )
-        for p in (pairs, swapped)
-    ]
+    scored = [translator.score(p) for p in (pairs, swapped)]
     same = sum(a == b for (_, a), (_, b) in zip(pairs, swapped))  # identical references
     result = {
-        "checkpoint": str(loaded.path),
+        "checkpoint": str(translator.path),
         "pairs": len(pairs),
         "identical_references": same,
         "reference_ranked_first_score": float(

@@ -287,7 +287,7 @@ def test_saved_tokenizer_alone_gives_the_ids_the_encoder_reads(run_dir):
     from tokenizers import Tokenizer
 
     from mt import tokenizer as tok
-    from mt.config import EOS
+    from mt.tokenizer import EOS
 
     outside = Tokenizer.from_file(str(run_dir / "tokenizer.json"))
     outside.encode_special_tokens = True  # as the run folder's README says

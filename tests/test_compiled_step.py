@@ -13,8 +13,8 @@ from test_packing import corpus, tensors
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import mt.model
+from mt.batches import collate
 from mt.config import load_config
-from mt.data import collate
 from mt.loss import smoothed_loss
 from mt.model import FLEX_MIN_HEAD, flex_refusal, use_flex
 

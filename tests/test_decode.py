@@ -24,7 +24,7 @@ from mt.decode import (
     max_output_lengths,
 )
 from mt.errors import MtError
-from mt.model import BOS, EOS, PAD
+from mt.tokenizer import BOS, EOS, PAD
 from mt.translate import translate_ids
 
 

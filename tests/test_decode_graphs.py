@@ -19,7 +19,7 @@ import mt.translate
 from mt.config import DecodeConfig
 from mt.decode import Plan, beam_search, greedy, max_output_lengths
 from mt.graphs import GRAPHS, Graphs, bucket, out_of_memory_in
-from mt.model import PAD
+from mt.tokenizer import PAD
 from mt.translate import translate_ids
 
 GRAPH = Plan(check_every=8, static=True, buckets=True, graph=True)  # plan_for's on CUDA

@@ -16,6 +16,7 @@ from mt import checkpoint, finetune
 from mt.config import load_config
 from mt.corpus import normalize
 from mt.data import prepare
+from mt.engine import open_translator
 from mt.finetune import FROZEN
 from mt.score import score_ids, score_pairs
 from mt.train import Trainer, train
@@ -112,6 +113,22 @@ def test_score_equals_the_beams_own_scores(trained):
         assert s.logprob == pytest.approx(hyp.logprob, abs=1e-4)
         assert s.score == pytest.approx(hyp.score, abs=1e-4)
         assert s.tokens == len(hyp.tokens) + 1
+
+
+def test_score_batches_by_the_devices_size_and_scores_as_pairs_alone(trained):
+    """decode.batch_tokens 0 is the device's batch (4096 tokens on a CPU) for scoring too, as
+    for translating: once it was passed on raw and made one pair a batch."""
+    translator = open_translator(trained, device="cpu")
+    assert translator.config.decode.batch_tokens == 0
+    pairs = [(s, t) for s, t in PAIRS[:16] if s.strip() and t.strip()]
+    batches: list[int] = []
+    hook = translator.model.register_forward_hook(lambda _, a, out: batches.append(len(a[0])))
+    together = translator.score(pairs)
+    hook.remove()
+    assert batches == [len(pairs)]
+    alone = [translator.score([pair])[0] for pair in pairs]
+    assert [s.logprob for s in together] == pytest.approx([s.logprob for s in alone], abs=1e-4)
+    assert [s.tokens for s in together] == [s.tokens for s in alone]
 
 
 def test_score_command_prints_each_pair_and_refuses_pairs_too_long(trained, tmp_path, cli_main):

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import mt.loss
 from mt.loss import smoothed_loss
-from mt.model import PAD
+from mt.tokenizer import PAD
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])

@@ -9,7 +9,8 @@ from torch import nn
 
 from mt.config import ModelConfig
 from mt.decode import greedy
-from mt.model import BOS, EOS, PAD, Dropout, Transformer
+from mt.model import Dropout, Transformer
+from mt.tokenizer import BOS, EOS, PAD
 
 VOCAB = 24
 

@@ -12,9 +12,10 @@ from mt.batches import collate
 from mt.config import Config, ModelConfig, apply_override, validate
 from mt.errors import ConfigError
 from mt.loss import smoothed_loss
-from mt.model import BOS, EOS, PAD, Transformer
+from mt.model import Transformer
 from mt.packing import Flat, PackedBatch, collate_packed, pack_rows, row_length
 from mt.store import Split
+from mt.tokenizer import BOS, EOS, PAD
 
 VOCAB, LENGTH, ROWS = 40, 16, 3
 

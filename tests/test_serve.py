@@ -13,6 +13,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from mt import serve
-from mt.cli import _load_for_decoding, _translate_nbest
+from mt.engine import Translator, open_translator
 from mt.train import train
 
 SENTENCES = ["Hello.", "I love you.", "Where is the station?", "The coffee is hot.", "Let's go!"]
@@ -40,14 +41,14 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run / "checkpoints" / "last"  # the best is an early one, which says nothing yet
 
 
-def loader(model: Path) -> Callable[[], tuple]:
-    return lambda: _load_for_decoding(str(model), None, None, "cpu")
+def loader(model: Path) -> Callable[[], Translator]:
+    return lambda: open_translator(model, device="cpu")
 
 
 @contextmanager
-def serving(load: Callable[[], tuple], translate: Callable = _translate_nbest, **settings):
+def serving(open_model: Callable[[], Translator], **settings):
     """An in-process server on a free port: (its URL, its Service)."""
-    service = serve.Service(load, translate, serve.Settings(**settings))
+    service = serve.Service(open_model, serve.Settings(**settings))
     sock = serve.listen("127.0.0.1", 0)
     server = serve.server(serve.create_app(service))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -94,9 +95,8 @@ def server(model: Path) -> Iterator[tuple[str, serve.Service]]:
 
 def expected(service: serve.Service, texts: list[str], beam: int, nbest: int) -> list:
     """What mt translate's own function gives for `texts` decoded alone."""
-    decode = dataclasses.replace(service.cfg.decode, beam=beam, nbest=nbest)
-    cfg = dataclasses.replace(service.cfg, decode=decode)
-    return [_translate_nbest(service.loaded, [t], cfg, "cpu", False)[0] for t in texts]
+    decode = dataclasses.replace(service.translator.config.decode, beam=beam, nbest=nbest)
+    return [service.translator.translate_nbest([t], decode)[0] for t in texts]
 
 
 def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
@@ -116,7 +116,7 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
     # a list, in order, each as decoded alone; source auto as LibreTranslate's clients send it
     status, answer, _ = call(address, "/translate", {"q": SENTENCES, "source": "auto"})
     assert status == 200
-    beam = service.cfg.decode.beam
+    beam = service.beam
     assert answer["translatedText"] == [h[0][0] for h in expected(service, SENTENCES, beam, 1)]
     assert answer["alternatives"] == [[]] * len(SENTENCES)
     assert answer["detectedLanguage"] == [{"language": "en", "confidence": 100}] * 5
@@ -162,8 +162,110 @@ def test_concurrent_requests_share_batches_and_answer_as_alone(server):
     after = call(address, "/health")[1]
     assert after["texts"] - before["texts"] == len(texts)
     assert after["batches"] - before["batches"] < len(texts)  # some requests shared a batch
-    want = expected(service, texts, service.cfg.decode.beam, 1)
+    want = expected(service, texts, service.beam, 1)
     assert answers == {t: h[0][0] for t, h in zip(texts, want)}
+
+
+def test_libretranslate_clients_drive_it(server, tmp_path):
+    """The published clients of LibreTranslate's API, from PyPI, against `mt serve`: every
+    call a client of a one-pair server makes, answered as LibreTranslate answers it."""
+    lt = pytest.importorskip("libretranslate_aio")
+    from libretranslate_aio import DetectedLanguage, Detection, ForbiddenError
+
+    address, service = server
+    beam = service.beam
+    with lt.LibreTranslate(f"http://{address}") as client:
+        assert [(x.code, x.name, x.targets) for x in client.languages()] == [
+            ("en", "English", ["es"]),
+            ("es", "Spanish", []),
+        ]
+        want = expected(service, SENTENCES, beam, 1)
+        assert client.translate("Hello.", "en", "es").translated_text == want[0][0][0]
+        many = client.translate(SENTENCES, "auto", "es")
+        assert many.translated_text == [hyps[0][0] for hyps in want]
+        assert many.detected_language == [DetectedLanguage(100, "en")] * len(SENTENCES)
+        (three,) = expected(service, ["Hello."], 3, 3)  # the beam grows to fit
+        other = client.translate("Hello.", "en", "es", alternatives=2)
+        assert (other.translated_text, other.alternatives) == (
+            three[0][0],
+            [text for text, _ in three[1:]],
+        )
+        assert client.detect("Where is the station?") == [Detection(100.0, "en")]
+
+        settings = client.frontend_settings()
+        assert (settings.char_limit, settings.supported_files_format) == (1000, [".txt"])
+        assert not (settings.suggestions or settings.api_keys or settings.key_required)
+        assert (settings.language.source.code, settings.language.target.code) == ("en", "es")
+        assert (settings.language.source.name, settings.language.target.name) == (
+            "English",
+            "Spanish",
+        )
+
+        file = tmp_path / "phrases.txt"
+        file.write_text("Hello.\n\nI love you.\n", encoding="utf-8")
+        url = client.translate_file(file, "en", "es").translated_file_url
+        assert url.startswith(f"http://{address}/download_file/") and url.endswith("phrases.txt")
+        with urllib.request.urlopen(url) as got:  # clients hand the URL on: a plain GET
+            hello, love = want[0][0][0], want[1][0][0]
+            assert got.read().decode() == f"{hello}\n\n{love}\n"
+            assert "filename*=UTF-8''phrases.txt" in got.headers["content-disposition"]
+        with pytest.raises(ForbiddenError, match=r"^Suggestions are disabled on this server\.$"):
+            client.suggest("Hello.", "Hola.", "en", "es")
+
+    # libretranslatepy, the client of chat bots and scripts: a form for each call
+    lt_py = pytest.importorskip("libretranslatepy").LibreTranslateAPI(f"http://{address}")
+    assert lt_py.translate("Hello.", "en", "es") == want[0][0][0]
+    assert lt_py.detect("Hello.") == [{"confidence": 100.0, "language": "en"}]
+    assert [x["code"] for x in lt_py.languages()] == ["en", "es"]
+
+
+def multipart(name: str, data: bytes, **fields: str) -> tuple[bytes, str]:
+    """A multipart/form-data body with `file` and `fields`, and its content type."""
+    parts = [
+        f'--B\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+        for k, v in fields.items()
+    ]
+    head = f'--B\r\nContent-Disposition: form-data; name="file"; filename="{name}"\r\n\r\n'
+    body = b"".join(parts) + head.encode() + data + b"\r\n--B--\r\n"
+    return body, "multipart/form-data; boundary=B"
+
+
+ONLY_SOURCE = b'--B\r\nContent-Disposition: form-data; name="source"\r\n\r\nen\r\n--B--\r\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "message"),
+    [
+        (*multipart("notes.csv", b"a,b\n"), 400, "notes.csv: file format not supported"),
+        (*multipart("a.txt", b"caf\xe9\n"), 400, "a.txt: not UTF-8 text (byte 3)"),
+        (*multipart("a.txt", b"Hi.\n" + b"a" * 1001), 413, "a.txt: line 2: 1001 characters"),
+        (*multipart("a.txt", b"Hi.", source="fr"), 400, "source: 'fr' is not served"),
+        (*multipart("a.txt", b"Hi.", colour="red"), 400, "unknown field 'colour'"),
+        (ONLY_SOURCE, "multipart/form-data; boundary=B", 400, "Invalid request: missing file"),
+        (b"--B\r\nbroken", "multipart/form-data; boundary=B", 400, "body is not valid multipart"),
+        (b"q=Hi.", serve.FORM_TYPE, 415, "Content-Type: expected multipart/form-data"),
+    ],
+)
+def test_translate_file_refuses_what_it_cannot_translate(
+    server, body, content_type, status, message
+):
+    address, _ = server
+    got, answer, _ = call(address, "/translate_file", body, content_type)
+    assert (got, answer["error"][: len(message)]) == (status, message)
+
+
+def test_detect_and_download_refusals(server):
+    address, _ = server
+    assert call(address, "/detect", {"text": "Hello."})[:2] == (
+        400,
+        {"error": "Invalid request: missing q parameter"},
+    )
+    assert (
+        call(address, "/detect", {"q": ["Hi.", "Bye."]})[1]
+        == [[{"confidence": 100.0, "language": "en"}]] * 2
+    )
+    status, answer, _ = call(address, "/download_file/nothing.txt")
+    assert (status, answer["error"]) == (404, "nothing.txt: no such file (or no longer kept)")
 
 
 BAD = [  # body, content type, status, the message's start
@@ -222,16 +324,20 @@ def test_wrong_method_path_and_disconnecting_clients(server, capfd):
 def test_loading_and_busy_answer_503_with_retry_after(model):
     loaded, free = threading.Event(), threading.Event()
 
-    def load() -> tuple:
+    def load() -> Translator:
         loaded.wait(30)
-        return loader(model)()
+        translator = loader(model)()
+        decode = translator.translate_nbest
 
-    def translate(*args):
-        if args[1] != ["Hello."]:  # the warm-up passes
-            free.wait(30)
-        return _translate_nbest(*args)
+        def held(texts: list[str], *args):
+            if texts != ["Hello."]:  # the warm-up passes
+                free.wait(30)
+            return decode(texts, *args)
 
-    with serving(load, translate, max_requests=1) as (address, service):
+        translator.translate_nbest = held
+        return translator
+
+    with serving(load, max_requests=1) as (address, service):
         for path, body in (("/health", None), ("/info", None), ("/translate", {"q": "Hi."})):
             status, answer, headers = call(address, path, body)
             assert (status, answer, headers["retry-after"]) == (
@@ -260,16 +366,14 @@ def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
     from mt import export
 
     folder = export.export(model, tmp_path / "ct2")
-    with serving(lambda: _load_for_decoding(str(folder), None, None, "cpu", "auto")) as served:
+    with serving(lambda: open_translator(folder, device="cpu")) as served:
         address, service = served
         wait_ready(address)
         _, info, _ = call(address, "/info")
         assert (info["engine"], info["model"], info["step"]) == ("ctranslate2", "ct2", 60)
         _, answer, _ = call(address, "/translate", {"q": SENTENCES, "alternatives": 1})
-    cfg = service.cfg
-    want = export.translate_nbest(
-        service.loaded, SENTENCES, dataclasses.replace(cfg.decode, nbest=2)
-    )
+    decode = dataclasses.replace(service.translator.config.decode, nbest=2)
+    want = export.translate_nbest(service.translator.exported, SENTENCES, decode)
     assert answer["translatedText"] == [hyps[0][0] for hyps in want]
     assert answer["alternatives"] == [[hyps[1][0]] for hyps in want]
 

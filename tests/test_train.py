@@ -21,8 +21,8 @@ from mt import checkpoint
 from mt.config import Config, load_config
 from mt.errors import ConfigError, Unhealthy
 from mt.loss import smoothed_loss
-from mt.model import PAD
 from mt.schedule import learning_rate
+from mt.tokenizer import PAD
 from mt.train import Trainer, train
 
 
