@@ -18,7 +18,7 @@ from .model import PAD
 from .packing import PackedBatch, each
 from .progress import say
 from .ranks import Ranks
-from .warmup import compiles, rehearse
+from .rehearsal import compiles, rehearse
 
 
 @dataclass
@@ -86,7 +86,8 @@ class Updater:
 
     def rehearse(self, batch: Batch, packed: bool) -> None:
         """Before the first update, on its first batch: compile where that pays
-        (`warmup.compiles`) and, on a GPU, refuse a batch too big for it (`warmup.rehearse`)."""
+        (`rehearsal.compiles`) and, on a GPU, refuse a batch too big for it
+        (`rehearsal.rehearse`)."""
         compile = compiles(self.t.compile, self.device.type, packed)
         if not compile and self.device.type != "cuda":
             return

@@ -5,7 +5,7 @@ import torch
 from test_packing import batches, corpus, tensors, tiny_model
 
 from mt.loss import smoothed_loss
-from mt.warmup import compiles, fitting_rows, rehearse
+from mt.rehearsal import compiles, fitting_rows, rehearse
 
 
 def test_compiled_by_default_on_cuda_with_packed_batches_only():
