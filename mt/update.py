@@ -14,9 +14,9 @@ from .batches import Batch
 from .config import TrainConfig
 from .device import autocast, precision_for
 from .loss import smoothed_loss
+from .metrics import say
 from .model import PAD
 from .packing import PackedBatch, each
-from .progress import say
 from .ranks import Ranks
 from .rehearsal import compiles, rehearse
 

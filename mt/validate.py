@@ -16,7 +16,7 @@ from .loss import smoothed_loss
 from .model import PAD, Transformer, max_length
 
 
-def validate(
+def validation_record(
     model: Transformer, data: Prepared, config: Config, device: torch.device
 ) -> tuple[dict[str, Any], list[str]]:
     """The record of a validation (loss, nll, ppl, bleu, sentences) and up to
