@@ -10,7 +10,8 @@ Layout of `<run.dir>/checkpoints/`:
 A checkpoint folder is written under a temporary name, fsynced and renamed, and the links are
 replaced with an atomic rename, so killing the process at any moment leaves the previous
 `last` intact. `trainer.pt` holds only tensors and plain containers and is read with
-`torch.load(weights_only=True)`, which refuses to run pickled code.
+`torch.load(weights_only=True)`, which refuses to run pickled code. What a trainer puts in a
+checkpoint and takes back to resume is `resume.py`'s.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from .config import Config, config_from_dict, diff_configs, resumable_keys
+from .config import Config, config_from_dict
 from .errors import ConfigError
 from .files import atomic_path, remove
 from .layout import BEST, CHECKPOINTS, LAST, checkpoints_dir
@@ -193,63 +194,6 @@ def newest_complete(ckpt_dir: Path) -> Path | None:
     """The newest step folder a run can resume from, None if there is none."""
     complete = [p for p in step_dirs(ckpt_dir) if is_complete(p)]
     return complete[-1] if complete else None
-
-
-def resume_point(ckpt_dir: Path) -> tuple[Path | None, str]:
-    """The checkpoint a run resumes from: `last`, else the newest complete one, with a notice
-    that says so; None when there is none to resume from."""
-    last = ckpt_dir / LAST
-    if is_complete(last):
-        return last.resolve(), ""
-    path = newest_complete(ckpt_dir)
-    if path is None and last.is_symlink():
-        raise ConfigError(
-            f"{last}: points to {os.readlink(last)}, which is missing or incomplete, and "
-            "no complete checkpoint is left; use --restart to start over"
-        )
-    if path is None:
-        return None, ""
-    why = f"points to {os.readlink(last)}, which is" if last.is_symlink() else "is"
-    notice = f"{last} {why} missing or incomplete; resuming from {path.name}, the newest "
-    return path, notice + "complete checkpoint"
-
-
-def check_resumable(config: Config, path: Path) -> None:
-    """An error if the config, the data or the tokenizers differ from what the weights of
-    checkpoint `path` were trained with."""
-    from .corpus import SPLITS, entry_files
-    from .data import inputs_of
-
-    run_dir, file = Path(config.run.dir), path / WEIGHTS
-    meta = read_metadata(file)
-    resumable = resumable_keys(config)
-    # defaults filled in: a key added since the checkpoint was saved is not a change
-    saved_config = read_config(file).to_dict()
-    differing = [k for k in diff_configs(saved_config, config.to_dict()) if k not in resumable]
-    if differing:
-        raise ConfigError(
-            f"{run_dir}: the config differs from the run's checkpoint in "
-            f"{', '.join(differing)}; use the same config to resume, --restart to start "
-            "over, or another run.dir"
-        )
-    now = inputs_of(config)
-    saved = meta_json(meta, "data_fingerprint", file) if "data_fingerprint" in meta else ""
-    if saved and saved != now["data_fingerprint"]:
-        data = config.data
-        entries = [e for name in SPLITS for e in getattr(data.files, name) or []]
-        files = ", ".join(f for e in entries for f in entry_files(e, data))
-        raise ConfigError(
-            f"{run_dir}: the training data ({files or data.name}) changed "
-            f"since {path.name} was saved; its weights cannot go on with other data and "
-            "another vocabulary: use --restart to start over, or a new run.dir"
-        )
-    for name, sha in meta_json(meta, "tokenizers", file).items() if "tokenizers" in meta else ():
-        if now["tokenizers"].get(name) != sha:
-            raise ConfigError(
-                f"{run_dir / name}: missing or changed since {path.name} was saved; its "
-                "weights need the vocabulary they were trained with: use --restart to start "
-                "over, or a new run.dir"
-            )
 
 
 def meta_json(meta: dict[str, str], key: str, file: Path) -> Any:

@@ -1,7 +1,7 @@
 """Experiment configuration: one YAML file, six sections, typed dataclasses.
 
 Every key has a default documented beside it. `load_config` reads a file, applies
-`--set section.key=value` overrides and validates everything in one place, so a mistake
+`--set section.key=value` overrides and checks everything in one place, so a mistake
 is reported once, as one line naming the file and the key.
 """
 
@@ -15,9 +15,10 @@ import os
 import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import yaml
 
@@ -220,7 +221,7 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
         apply_override(config, item)
     if not config.run.dir:
         config.run.dir = str(Path("runs") / path.stem)
-    validate(config, str(path))
+    check_config(config, str(path))
     return config
 
 
@@ -248,7 +249,7 @@ def decoding_config(
                 "trained come from the checkpoint"
             )
         apply_override(config, item)
-    validate(config, "decoding options", check_files=False)
+    check_config(config, "decoding options", check_files=False)
     return config
 
 
@@ -272,7 +273,7 @@ def config_from_dict(raw: dict[str, Any], origin: str) -> Config:
     Data files are not required to exist: a trained model travels without its corpus.
     """
     config = _build(Config, raw, origin, "")
-    validate(config, origin, check_files=False)
+    check_config(config, origin, check_files=False)
     return config
 
 
@@ -305,83 +306,32 @@ def apply_override(config: Config, item: str) -> None:
         raise ConfigError(f"{origin}: '{names[0]}' is a section; set one of its keys")
 
 
-def validate(config: Config, origin: str, check_files: bool = True) -> None:
-    """Cross-key checks that a type alone cannot express."""
+Fail = Callable[[str, str], NoReturn]  # raises the ConfigError of a key and its message
 
-    def fail(key: str, message: str) -> None:
+
+def check_config(config: Config, origin: str, check_files: bool = True) -> None:
+    """Cross-key checks that a type alone cannot express, section by section; the first
+    mistake raises a ConfigError naming `origin` and the key."""
+
+    def fail(key: str, message: str) -> NoReturn:
         raise ConfigError(f"{origin}: {key}: {message}")
 
-    m, t, d, tok = config.model, config.train, config.decode, config.tokenizer
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", config.run.device):
         fail("run.device", f"{config.run.device!r}: expected auto, cpu, cuda, cuda:N or mps")
+    _check_model(config, fail)
+    _check_tokenizer(config.tokenizer, fail)
+    _check_train(config, fail)
+    _check_decode(config.decode, fail)
+    _check_data(config, fail, check_files)
+
+
+def _check_model(config: Config, fail: Fail) -> None:
+    m = config.model
+    _positive(fail, "model.", m, "d_model", "heads", "d_ff", "max_positions")
+    _positive(fail, "model.", m, "encoder_layers", "decoder_layers")
     if m.d_model % m.heads:
         fail("model.d_model", f"{m.d_model} is not divisible by model.heads ({m.heads})")
-    for key, value in [
-        ("model.dropout", m.dropout),
-        ("model.attention_dropout", m.attention_dropout),
-        ("train.label_smoothing", t.label_smoothing),
-        ("tokenizer.dropout", tok.dropout),
-        ("train.old_share", t.old_share),
-    ]:
-        if not 0.0 <= value < 1.0:
-            fail(key, f"must be in [0, 1), got {value}")
-    from .tokenizer import SPECIAL_TOKENS  # here: its module loads its library, `mt -h` not
-
-    if tok.vocab_size < len(SPECIAL_TOKENS) + 256:
-        fail(
-            "tokenizer.vocab_size",
-            f"{tok.vocab_size} is smaller than the "
-            f"{len(SPECIAL_TOKENS)} special tokens plus the 256 byte symbols",
-        )
-    positive = {
-        "model.d_model": m.d_model,
-        "model.heads": m.heads,
-        "model.d_ff": m.d_ff,
-        "model.max_positions": m.max_positions,
-        "train.max_tokens": t.max_tokens,
-        "train.accum_steps": t.accum_steps,
-        "train.eval_every": t.eval_every,
-        "train.save_every": t.save_every,
-        "train.keep_last": t.keep_last,
-        "train.log_every": t.log_every,
-        "train.warmup_steps": t.warmup_steps,
-        "train.health_patience": t.health_patience,
-        "decode.beam": d.beam,
-        "decode.nbest": d.nbest,
-        "data.max_length": config.data.max_length,
-        "tokenizer.min_frequency": tok.min_frequency,
-        "model.encoder_layers": m.encoder_layers,
-        "model.decoder_layers": m.decoder_layers,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            fail(key, f"must be positive, got {value}")
-    non_negative = {
-        "train.max_steps": t.max_steps,
-        "train.max_epochs": t.max_epochs,
-        "train.max_minutes": t.max_minutes,
-        "train.patience": t.patience,
-        "train.clip_norm": t.clip_norm,
-        "train.weight_decay": t.weight_decay,
-        "train.eval_sentences": t.eval_sentences,
-        "train.eval_examples": t.eval_examples,
-        "data.valid_size": config.data.valid_size,
-        "data.test_size": config.data.test_size,
-        "decode.alpha": d.alpha,
-        "decode.max_len_a": d.max_len_a,
-        "decode.max_len_b": d.max_len_b,
-        "decode.no_repeat_ngram": d.no_repeat_ngram,
-        "decode.batch_tokens": d.batch_tokens,
-        "train.lr_scale": t.lr_scale,
-        "train.lr": t.lr,
-        "train.min_lr": t.min_lr,
-        "train.pack_length": t.pack_length,
-    }
-    for key, value in non_negative.items():
-        if not math.isfinite(value):  # NaN passes every comparison below
-            fail(key, f"must be a finite number, got {value}")
-        if value < 0:
-            fail(key, f"must not be negative, got {value}")
+    _fractions(fail, "model.", m, "dropout", "attention_dropout")
     weights = 4 * parameter_count(config)  # float32, before gradients and optimiser state
     if weights > _memory_bytes():
         fail(
@@ -389,12 +339,33 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
             f"the weights alone would take {weights / 2**30:,.0f} GiB, more than this "
             f"machine's {_memory_bytes() / 2**30:,.0f} GiB of memory",
         )
+
+
+def _check_tokenizer(tok: TokenizerConfig, fail: Fail) -> None:
+    from .tokenizer import SPECIAL_TOKENS  # here: its module loads its library, `mt -h` not
+
+    _fractions(fail, "tokenizer.", tok, "dropout")
+    if tok.vocab_size < len(SPECIAL_TOKENS) + 256:
+        fail(
+            "tokenizer.vocab_size",
+            f"{tok.vocab_size} is smaller than the "
+            f"{len(SPECIAL_TOKENS)} special tokens plus the 256 byte symbols",
+        )
+    _positive(fail, "tokenizer.", tok, "min_frequency")
     if tok.dropout and tok.model != "bpe":
         fail("tokenizer.dropout", f"BPE-dropout needs tokenizer.model bpe, not {tok.model}")
+
+
+def _check_train(config: Config, fail: Fail) -> None:
+    t = config.train
+    _fractions(fail, "train.", t, "label_smoothing", "old_share")
+    _positive(fail, "train.", t, "max_tokens", "accum_steps", "eval_every", "save_every")
+    _positive(fail, "train.", t, "keep_last", "log_every", "warmup_steps", "health_patience")
+    _non_negative(fail, "train.", t, "max_steps", "max_epochs", "max_minutes", "patience")
+    _non_negative(fail, "train.", t, "clip_norm", "weight_decay", "eval_sentences")
+    _non_negative(fail, "train.", t, "eval_examples", "lr_scale", "lr", "min_lr", "pack_length")
     if t.old_share and not t.init:
         fail("train.old_share", "mixes in the corpus of train.init, which is not set")
-    if d.nbest > d.beam:
-        fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
     if t.schedule in DECAYING and not (t.max_steps or t.max_minutes):
         fail(
             "train.schedule",
@@ -403,12 +374,6 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         )
     if not 0.0 <= t.warmup_fraction <= 0.5:
         fail("train.warmup_fraction", f"must be in [0, 0.5], got {t.warmup_fraction}")
-    if t.pack_length and t.pack_length < longest_sequence(config.data):
-        fail(
-            "train.pack_length",
-            f"{t.pack_length} is below data.max_length + 1 ({longest_sequence(config.data)}): "
-            "the longest sentences would not fit a row",
-        )
     if t.warmup_fraction and t.schedule not in DECAYING:  # else its rate would stay 0
         fail(
             "train.warmup_fraction",
@@ -416,14 +381,34 @@ def validate(config: Config, origin: str, check_files: bool = True) -> None:
         )
     if t.min_lr > t.lr:
         fail("train.min_lr", f"{t.min_lr} is above the peak train.lr ({t.lr})")
-    if config.data.max_ratio < 1.0:
-        fail("data.max_ratio", f"must be at least 1, got {config.data.max_ratio}")
-    if config.data.src_lang == config.data.tgt_lang:
-        fail("data.tgt_lang", f"is the same language as data.src_lang ({config.data.src_lang})")
+    if t.pack_length and t.pack_length < longest_sequence(config.data):
+        fail(
+            "train.pack_length",
+            f"{t.pack_length} is below data.max_length + 1 ({longest_sequence(config.data)}): "
+            "the longest sentences would not fit a row",
+        )
+
+
+def _check_decode(d: DecodeConfig, fail: Fail) -> None:
+    _positive(fail, "decode.", d, "beam", "nbest")
+    _non_negative(fail, "decode.", d, "alpha", "max_len_a", "max_len_b", "no_repeat_ngram")
+    _non_negative(fail, "decode.", d, "batch_tokens")
+    if d.nbest > d.beam:
+        fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
+
+
+def _check_data(config: Config, fail: Fail, check_files: bool) -> None:
+    data = config.data
+    _positive(fail, "data.", data, "max_length")
+    _non_negative(fail, "data.", data, "valid_size", "test_size")
+    if data.max_ratio < 1.0:
+        fail("data.max_ratio", f"must be at least 1, got {data.max_ratio}")
+    if data.src_lang == data.tgt_lang:
+        fail("data.tgt_lang", f"is the same language as data.src_lang ({data.src_lang})")
     _check_corpora(config, check_files, fail)
 
 
-def _check_corpora(config: Config, check_files: bool, fail: Any) -> None:
+def _check_corpora(config: Config, check_files: bool, fail: Fail) -> None:
     """How the corpus is read and prepared: workers, the sample, the corpora of data.files."""
     if not 0 <= config.data.workers <= 256:
         fail("data.workers", f"must be in [0, 256] (0: one per core), got {config.data.workers}")
@@ -437,7 +422,7 @@ def _check_corpora(config: Config, check_files: bool, fail: Any) -> None:
                 _check_entry(entry, config.data, f"data.files.{split}", check_files, fail)
 
 
-def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fail) -> None:
+def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fail: Fail) -> None:
     """A corpus of data.files: a path, {path, weight} or {src_lang: FILE, tgt_lang: FILE,
     weight}, with files that exist (when checked) and a positive weight (train only)."""
     if isinstance(entry, dict):
@@ -467,6 +452,27 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
             fail(key, f"no such file: {file}")
 
 
+def _positive(fail: Fail, section: str, values: Any, *keys: str) -> None:
+    for key in keys:
+        if (value := getattr(values, key)) <= 0:
+            fail(section + key, f"must be positive, got {value}")
+
+
+def _non_negative(fail: Fail, section: str, values: Any, *keys: str) -> None:
+    for key in keys:
+        value = getattr(values, key)
+        if not math.isfinite(value):  # NaN passes every comparison below
+            fail(section + key, f"must be a finite number, got {value}")
+        if value < 0:
+            fail(section + key, f"must not be negative, got {value}")
+
+
+def _fractions(fail: Fail, section: str, values: Any, *keys: str) -> None:
+    for key in keys:
+        if not 0.0 <= (value := getattr(values, key)) < 1.0:
+            fail(section + key, f"must be in [0, 1), got {value}")
+
+
 def parameter_count(config: Config) -> int:
     """About how many parameters the model of `config` has (embeddings at the full vocabulary,
     separate ones per side unless the tokenizer is joint)."""
@@ -482,7 +488,7 @@ def _memory_bytes() -> int:
 
 def check_training_stops(config: Config, origin: str) -> None:
     """Training needs a limit, and positions for its longest sentences; preparing data or
-    decoding does not, so this is not `validate`."""
+    decoding does not, so this is not `check_config`."""
     t, m = config.train, config.model
     longest = longest_sequence(config.data)
     if m.max_positions < longest:

@@ -204,8 +204,9 @@ class Checks:
         self.bad_updates += 1
         self._keep(diverged(self.config, step, self.bad_updates))
 
-    def logged(self, step: int, train_nll: float) -> dict[str, float]:
-        """At a training log line: the window's mean gradient norm for its record, if any."""
+    def window_grad_norm(self, step: int, train_nll: float) -> dict[str, float]:
+        """At a training log line: the window's mean gradient norm, as its record's field
+        (none where none was measured), once the checks have judged it."""
         grad_norm = float(torch.stack(self.norms).double().mean()) if self.norms else None
         self.vitals.logged(train_nll, grad_norm)
         self.norms = []

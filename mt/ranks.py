@@ -39,6 +39,21 @@ class Agreement:
         )
 
 
+def rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    """The states of the generators a process draws from: the CPU's, and the GPU's on one."""
+    states = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_state(device: torch.device, states: dict[str, torch.Tensor]) -> None:
+    """Put the generators back as `rng_state` found them (a GPU's only where it was saved)."""
+    torch.set_rng_state(states["cpu"])
+    if device.type == "cuda" and "cuda" in states:
+        torch.cuda.set_rng_state(states["cuda"], device)
+
+
 class Ranks:
     """Rank, world size and device of this process; the process group under torchrun."""
 
@@ -87,6 +102,16 @@ class Ranks:
         out = [None] * self.world
         dist.gather_object(mine, out if self.main else None, dst=0)
         return out if self.main else []
+
+    def rng_states(self) -> dict[str, list[torch.Tensor]]:
+        """Every rank's generator states, indexed by kind then rank, on rank 0 (empty on the
+        others): what an exact resume restores, each rank its own."""
+        ranks = self.gather(rng_state(self.device))
+        return {key: [rank[key] for rank in ranks] for key in ranks[0]} if ranks else {}
+
+    def restore_rng(self, saved: dict[str, list[torch.Tensor]]) -> None:
+        """Set this rank's generators to its states in `saved` (as `rng_states` gathered)."""
+        set_rng_state(self.device, {key: states[self.rank] for key, states in saved.items()})
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model as it trains: DistributedDataParallel averages its gradients over ranks."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .config import DECAYING, Config, TrainConfig
+from .errors import ConfigError
 
 
 def time_fitted(t: TrainConfig) -> bool:
@@ -75,6 +76,20 @@ def decayed(step: int, warmup: int, horizon: int, since: tuple[int, float]) -> f
     return min(done + (1 - done) * (step - start) / max(horizon - start, 1), 1.0)
 
 
+def shortened_warmup(cfg: Config, at: int) -> str:
+    """The warning of a first horizon `at` that cuts `train.warmup_steps` short ("": it does
+    not): to half of it, under a fraction too for a post-norm model (`warmup_updates`)."""
+    t, post_norm = cfg.train, not cfg.model.norm_first  # warmup_steps is a post-norm's floor
+    warmup = warmup_updates(cfg, at)
+    if (t.warmup_fraction and not post_norm) or t.warmup_steps <= warmup:
+        return ""
+    return (
+        f"warning: about {at} updates fit in train.max_minutes ({t.max_minutes:g}); warm-up "
+        f"shortened from {t.warmup_steps} to {warmup} updates, half of them"
+        + ("; a post-norm model may collapse (model.norm_first=true)" if post_norm else "")
+    )
+
+
 def fit_horizon(
     t: TrainConfig,
     step: int,
@@ -117,14 +132,31 @@ class Horizon:
         """The learning rate of update `step`."""
         return learning_rate(step, cfg, self.at, self.since)
 
-    def move(self, cfg: Config, step: int, at: int) -> None:
+    def move(self, cfg: Config, step: int, at: int) -> str:
         """The horizon becomes `at` after `step` updates. Once the decay has begun it goes on
         from where it is to the floor at the new horizon: the rate never climbs back, however
-        the estimates of an update's cost move (a GPU's vary with the batches' shapes)."""
+        the estimates of an update's cost move (a GPU's vary with the batches' shapes).
+        Returns a warning when the first horizon cuts the warm-up short ("" otherwise)."""
+        warning = "" if self.at else shortened_warmup(cfg, at)
         warmup = warmup_updates(cfg, self.at)
         if self.at and (self.since_step or step >= warmup):
             self.since_step, self.since_progress = step, decayed(step, warmup, self.at, self.since)
         self.at = at
+        return warning
+
+    def record(self, step: int, elapsed: float, budget_s: float) -> dict[str, float]:
+        """The "horizon" record of metrics.jsonl: where it is now and the costs it is fitted
+        from, after `step` updates in `elapsed` of `budget_s` seconds."""
+        return {
+            "kind": "horizon",
+            "step": step,
+            "horizon": self.at,
+            "update_s": self.update_s,
+            "validate_s": self.validate_s,
+            "save_s": self.save_s,
+            "elapsed_s": elapsed,
+            "budget_s": budget_s,
+        }
 
     def reached(self, step: int) -> bool:
         return bool(self.at) and step >= self.at
@@ -141,16 +173,29 @@ class Horizon:
         """The last update that fits in the budget, from what has been measured so far."""
         return fit_horizon(t, step, elapsed, self.update_s, self.validate_s, self.save_s)
 
-    def start(self, t: TrainConfig, step: int, elapsed: float) -> bool:
-        """At the start of a session: `max_steps` is the horizon of a decaying schedule, and
-        a budget extended after its horizon was reached is fitted again (then True)."""
+    def start(self, t: TrainConfig, step: int, elapsed: float) -> str:
+        """At the start of a session: refuse a budget already spent; `max_steps` is the
+        horizon of a decaying schedule, and a budget extended after its horizon was reached
+        is fitted again (then a line that says so; "" otherwise)."""
+        if t.max_minutes and elapsed >= t.max_minutes * 60:
+            raise ConfigError(
+                f"train.max_minutes: {t.max_minutes:g} is spent: this run has trained "
+                f"{elapsed / 60:.1f} minutes; give a larger budget to go on"
+            )
         if t.schedule in DECAYING and t.max_steps:
             self.at = t.max_steps
         elif time_fitted(t) and self.reached(step):
             # more time, asked for: the schedule becomes the longer budget's from the start
             self.at, self.since_step, self.since_progress = self.fit(t, step, elapsed), 0, 0.0
-            return True
-        return False
+            return f"train.max_minutes grew to {t.max_minutes:g}: about {self.at} updates"
+        return ""
+
+    def out_of_time(self, t: TrainConfig, elapsed: float) -> bool:
+        """Whether the clock says the budget is spent after `elapsed` training seconds. A
+        fitted horizon keeps the reserve for the final validation and save, and the clock is
+        only a backstop; otherwise the clock must keep that reserve itself."""
+        reserve = 0.0 if time_fitted(t) else self.validate_s + self.save_s
+        return bool(t.max_minutes) and t.max_minutes * 60 - elapsed - reserve <= 0
 
     def propose(self, t: TrainConfig, step: int, elapsed: float, updates: int) -> int:
         """A new horizon when a fit is due (0: keep this one), after `updates` updates of this

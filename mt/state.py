@@ -29,6 +29,19 @@ class TrainState:
     world_size: int = 1  # processes that trained the run: an exact resume needs as many
     pack_length: int = 0  # tokens a packed row of the run's batches (0: padded)
 
+    def validated(self, bleu: float) -> bool:
+        """Count a validation's BLEU: True when it is the best so far (patience starts over)."""
+        if bleu > self.best_bleu:
+            self.best_bleu, self.bad_evals = bleu, 0
+            return True
+        self.bad_evals += 1
+        return False
+
+    def out_of_patience(self, patience: int) -> bool:
+        """Whether `patience` validations in a row (`train.patience`; 0: none) found no better
+        BLEU."""
+        return bool(patience) and self.bad_evals >= patience
+
     @staticmethod
     def from_dict(saved: dict[str, Any]) -> TrainState:
         s = dict(saved)

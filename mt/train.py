@@ -5,14 +5,15 @@ the same command; on CPU the resumed run ends with the same weights as one never
 The same code runs under `torchrun` with DistributedDataParallel: every rank trains on its
 own share of each epoch's batches, only rank 0 writes files.
 
-Around the loop: `batches.Batches` (what each update trains on), `ranks.Ranks` (what the
-processes agree on), `schedule.Horizon` (when a budget's schedule ends), `loss` (the loss).
+Around the loop: `batches.Batches` (what each update trains on), `update.Updater` (one
+optimiser update), `ranks.Ranks` (what the processes agree on), `schedule.Horizon` (when a
+budget's schedule ends), `state.TrainState` (what a resume needs), `resume.Checkpoints`
+(saving it and taking it back), `metrics.Progress` (what the run tells as it goes).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,23 +21,22 @@ from typing import Any
 
 import torch
 
-from . import checkpoint, finetune, health, metrics
+from . import finetune, health, metrics
 from .batches import Batch, Batches
-from .config import Config, TrainConfig, check_training_stops, one_line
+from .config import Config, TrainConfig, check_training_stops
 from .data import dropout_epochs, inputs_of, prepare
-from .errors import ConfigError, Unhealthy
-from .files import remove
+from .errors import Unhealthy
 from .health import Checks
-from .layout import BEST, LAST, checkpoints_dir
+from .metrics import Progress, say
 from .model import Transformer
 from .packing import row_length
-from .progress import Progress, say
 from .ranks import Agreement, Ranks, StopSignal
+from .resume import Checkpoints
 from .schedule import time_fitted, warmup_updates
 from .state import Pace, TrainState
 from .tokenizer import EOS
 from .update import Update, Updater
-from .validate import validate
+from .validate import validation_record
 
 
 def stop_reason(
@@ -77,10 +77,10 @@ class Trainer:
         t = config.train
         self.config, self.resume_hint, self.clock = config, resume_hint, clock
         self.run_dir = Path(config.run.dir)
-        self.ckpt_dir = checkpoints_dir(self.run_dir)
         self.ranks = Ranks(config.run.device)
         self.device, self.main = self.ranks.device, self.ranks.main
-        resume = self._resume_point(restart)
+        self.checkpoints = Checkpoints(config, self.ranks)
+        resume = self.checkpoints.resume_point(restart)  # checked before anything is rebuilt
         init = finetune.init_file(config) if resume is None else None  # checked before writing
         self._prepare_data()
         torch.manual_seed(config.run.seed)
@@ -95,12 +95,12 @@ class Trainer:
         self.state = TrainState()
         targets = self.data.splits["train"].tgt
         self.unigram = health.unigram_entropy(targets, EOS) if t.health_checks else 0.0
-        self._saved_step = -1
         if resume is not None:
-            self._load(resume)
+            self.state = self.checkpoints.restore(resume, self.model, self.updater)
         elif self.main:  # a run started over: metrics of an earlier attempt are not its own
             metrics.forget_after(self.run_dir, 0)
-        self._start_horizon()
+        if grown := self.state.horizon.start(t, self.state.step, self.state.elapsed):
+            say(grown)
         if resume is None:  # decided once: a resume on another device keeps the run's batches
             self.state.pack_length = row_length(config, self.device.type)
         self.batches = self._batches()
@@ -128,65 +128,6 @@ class Trainer:
             pack_length=self.state.pack_length,
             resegment=dropout_epochs(self.data, self.config),  # None without BPE-dropout
         )
-
-    def _start_horizon(self) -> None:
-        """Refuse a spent budget; set the horizon of this session (see `Horizon.start`)."""
-        t, state = self.config.train, self.state
-        if t.max_minutes and state.elapsed >= t.max_minutes * 60:
-            raise ConfigError(
-                f"train.max_minutes: {t.max_minutes:g} is spent: this run has trained "
-                f"{state.elapsed / 60:.1f} minutes; give a larger budget to go on"
-            )
-        if state.horizon.start(t, state.step, state.elapsed):
-            at = state.horizon.at
-            say(f"train.max_minutes grew to {t.max_minutes:g}: about {at} updates")
-
-    # ------------------------------------------------------------------ resume
-
-    def _resume_point(self, restart: bool) -> Path | None:
-        """The checkpoint to resume from (`last`, else the newest complete one, said aloud),
-        None to start; an error if the config, the data or the tokenizers differ from what
-        its weights were trained with. Runs before anything in the run folder is rebuilt."""
-        if restart:
-            if self.main:
-                remove(self.ckpt_dir)
-                (self.run_dir / metrics.FILE).unlink(missing_ok=True)
-            self.ranks.barrier()
-            return None
-        path, notice = checkpoint.resume_point(self.ckpt_dir)
-        if notice and self.main:
-            say(notice)
-        if path is not None:
-            checkpoint.check_resumable(self.config, path)
-        return path
-
-    def _load(self, path: Path) -> None:
-        weights, _ = checkpoint.load_weights(path / checkpoint.WEIGHTS)
-        saved = checkpoint.load_trainer_state(path)
-        try:
-            self.model.load_state_dict(weights)
-            self.updater.load_state_dict(saved)
-            self.state = TrainState.from_dict(saved["state"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as e:
-            raise ConfigError(
-                f"{path}: does not fit this run's model and optimiser ({one_line(e)[:200]}); "
-                "use --restart to start over, or another run.dir"
-            ) from None
-        world, rank = self.ranks.world, self.ranks.rank
-        if self.state.world_size != world:  # positions and generators are per rank
-            raise ConfigError(
-                f"{path}: trained by {self.state.world_size} processes but resumed by "
-                f"{world}; resume with {self.state.world_size} (torchrun --nnodes x "
-                "--nproc_per_node) or start over with --restart"
-            )
-        torch.set_rng_state(self.state.rng["cpu"][rank])
-        if self.device.type == "cuda" and "cuda" in self.state.rng:
-            torch.cuda.set_rng_state(self.state.rng["cuda"][rank], self.device)
-        self._saved_step = self.state.step
-        self.state.vitals.resumed(self.config.train, str(path))
-        if self.main:
-            metrics.forget_after(self.run_dir, self.state.step)
-            say(f"resuming from {path} (step {self.state.step}, epoch {self.state.position.epoch})")
 
     # ------------------------------------------------------------------ the loop
 
@@ -216,38 +157,34 @@ class Trainer:
         }
 
     def _loop(self, stop: StopSignal) -> str:
+        """Update, log, validate, agree whether to stop, save; until a stopping rule fires."""
         t, state = self.config.train, self.state
         total = state.horizon.at or t.max_steps
-        self.progress = Progress(self.run_dir, self.main, t.max_minutes, state.step, total)
-        self.pace = Pace(self.clock, state)
+        self.progress = Progress(
+            self.run_dir, self.main, t.max_minutes, state.step, total, t.log_every
+        )
+        self.pace = Pace(self.clock, state)  # training time, and what each part costs
         self.checks = Checks(self.config, state.vitals, self.unigram)
-        window = dict.fromkeys(("loss", "nll", "tokens", "padded", "cells", "seconds"), 0.0)
-        validated_at, patience_out = -1, False
+        self.validated_at, self.patience_out = -1, False  # in this session
         reason = stop_reason(t, state, "", False, False)
         while not reason:
             batches = [next(self.batches) for _ in range(t.accum_steps)]
-            lr = state.horizon.rate(state.step + 1, self.config)
-            update = self.updater(batches, lr)
+            update = self.updater(batches, state.horizon.rate(state.step + 1, self.config))
             for hook in self.on_update:
                 hook(update, batches)
             seconds = self.pace.updated()
             if update.counted:
                 state.step += 1
                 self.checks.counted(update.grad_norm)
-                self.progress.bar.update()
-                self._add(window, update, seconds)
+                self.progress.counted(update, seconds)
                 if state.step % t.log_every == 0:
-                    self._log_train(window, update.lr)
-                    window = dict.fromkeys(window, 0.0)
+                    self._log_train(update.lr)
                 if state.step % t.eval_every == 0:
-                    validated_at = state.step
-                    patience_out, state.horizon.validate_s = self.pace.timed(self._validate)
+                    _, state.horizon.validate_s = self.pace.timed(self._validate)
             else:
                 self._skipped(update)
-            reason = self._agree_to_stop(stop, patience_out)
-            if reason and not (stop.stopping or self.checks.found) and validated_at != state.step:
-                # the final model is validated, unless the person asked to stop now or it
-                # is known to be broken
+            reason = self._agree_to_stop(stop)
+            if reason and self._validates_last(stop):
                 _, state.horizon.validate_s = self.pace.timed(self._validate)
             if (reason or state.step % t.save_every == 0) and not self.checks.diverged:
                 _, state.horizon.save_s = self.pace.timed(self._save)  # diverged: keep the last
@@ -255,13 +192,6 @@ class Trainer:
             self.progress.log({"kind": "health", "step": state.step, **dataclasses.asdict(found)})
         self.progress.bar.close()
         return reason
-
-    @staticmethod
-    def _add(window: dict[str, float], update: Update, seconds: float) -> None:
-        """Sum an update into the window of the next log line."""
-        for key in ("loss", "nll", "tokens", "padded", "cells"):
-            window[key] += getattr(update, key)
-        window["seconds"] += seconds
 
     def _skipped(self, update: Update) -> None:
         """Say why an update did not count; too many non-finite losses in a row diverged."""
@@ -272,69 +202,35 @@ class Trainer:
         say(f"warning: non-finite loss at step {step}; update skipped")
         self.checks.skipped(step)
 
-    def _agree_to_stop(self, stop: StopSignal, patience_out: bool) -> str:
+    def _agree_to_stop(self, stop: StopSignal) -> str:
         """Every rank proposes what it saw, all take rank 0's decision, then `stop_reason`."""
         t, state = self.config.train, self.state
-        horizon = state.horizon
-        # with a fitted horizon the fit keeps the reserve for the final validation and save,
-        # and the clock is only a backstop; otherwise it must keep that reserve itself
-        reserve = 0.0 if time_fitted(t) else horizon.validate_s + horizon.save_s
-        budget_left = t.max_minutes * 60 - state.elapsed - reserve
         agreed = self.ranks.agree(
             Agreement(
                 signal=stop.caught.value if stop.caught else 0,
-                out_of_time=bool(t.max_minutes) and budget_left <= 0,
-                horizon=horizon.propose(t, state.step, state.elapsed, self.pace.updates),
+                out_of_time=state.horizon.out_of_time(t, state.elapsed),
+                horizon=state.horizon.propose(t, state.step, state.elapsed, self.pace.updates),
             )
         )
-        if agreed.horizon and agreed.horizon != horizon.at:
-            self._new_horizon(agreed.horizon)
+        if agreed.horizon and agreed.horizon != state.horizon.at:
+            if warning := state.horizon.move(self.config, state.step, agreed.horizon):
+                say(warning)
+            self.progress.horizon(
+                state.horizon.record(state.step, state.elapsed, t.max_minutes * 60)
+            )
         stop.agreed(agreed.signal)
-        return stop_reason(t, state, stop.name, patience_out, agreed.out_of_time)
+        return stop_reason(t, state, stop.name, self.patience_out, agreed.out_of_time)
 
-    def _new_horizon(self, at: int) -> None:
-        t, state = self.config.train, self.state
-        horizon = state.horizon
-        post_norm = not self.config.model.norm_first  # warmup_steps is its floor
-        warmup = warmup_updates(self.config, at)
-        if not horizon.at and (post_norm or not t.warmup_fraction) and t.warmup_steps > warmup:
-            say(
-                f"warning: about {at} updates fit in train.max_minutes "
-                f"({t.max_minutes:g}); warm-up shortened from {t.warmup_steps} to "
-                f"{warmup} updates, half of them"
-                + ("; a post-norm model may collapse (model.norm_first=true)" if post_norm else "")
-            )
-        horizon.move(self.config, state.step, at)
-        self.progress.horizon(
-            {
-                "kind": "horizon",
-                "step": state.step,
-                "horizon": at,
-                "update_s": horizon.update_s,
-                "validate_s": horizon.validate_s,
-                "save_s": horizon.save_s,
-                "elapsed_s": state.elapsed,
-                "budget_s": t.max_minutes * 60,
-            }
-        )
-
-    # ------------------------------------------------------------------ logging
-
-    def _log_train(self, window: dict[str, float], lr: float) -> None:
-        state, steps = self.state, self.config.train.log_every
-        tokens = window["tokens"] * self.ranks.world  # every rank trains on as many tokens
-        grad_norm = self.checks.logged(state.step, window["nll"] / steps)
+    def _log_train(self, lr: float) -> None:
+        """The "train" record of the log window that ends at this update."""
+        state, window = self.state, self.progress.window
+        grad_norm = self.checks.window_grad_norm(state.step, window.nll)
         self.progress.train(
             {
                 "kind": "train",
                 "step": state.step,
                 "epoch": state.position.epoch,
-                "loss": window["loss"] / steps,
-                "nll": window["nll"] / steps,
-                "ppl": math.exp(min(window["nll"] / steps, 50)),
-                "lr": lr,
-                "tokens_per_s": tokens / max(window["seconds"], 1e-9),
-                "padding": window["padded"] / max(window["cells"], 1),
+                **window.close(lr, self.ranks.world),  # loss, nll, ppl, lr, tokens/s, padding
                 "elapsed_s": state.elapsed,
                 "horizon": state.horizon.at,  # the one this update was scheduled by (0: none)
                 **grad_norm,  # where train.clip_norm measures it
@@ -343,30 +239,32 @@ class Trainer:
 
     # ------------------------------------------------------------------ validation
 
-    def _validate(self) -> bool:
-        """Validate, track the best BLEU; True when patience is exhausted.
+    def _validates_last(self, stop: StopSignal) -> bool:
+        """Whether a run about to stop validates its final model: unless it did at this
+        update, the person asked to stop now, or the model is known to be broken."""
+        return not (stop.stopping or self.checks.found) and self.validated_at != self.state.step
+
+    def _validate(self) -> None:
+        """Validate, keep the best as `best`, and whether patience is exhausted.
 
         Rank 0 alone decodes and every rank takes its BLEU: the best score, the patience and
         the decision to stop are the same everywhere, even if another rank's kernels would
         have decoded differently."""
         t, state = self.config.train, self.state
+        self.validated_at = state.step
         if not len(self.data.splits["valid"]):
-            return False
+            self.patience_out = False
+            return
         bleu, nll = self.ranks.broadcast(self._validation_bleu() if self.main else [0.0, 0.0])
         self.checks.validated(state.step, nll, bleu, warmup_updates(self.config, state.horizon.at))
-        if bleu > state.best_bleu:
-            state.best_bleu, state.bad_evals = bleu, 0
-            path = self._save()  # on every rank: a save gathers their generator states
-            if self.main:
-                checkpoint.point(self.ckpt_dir, BEST, path)
-        else:
-            state.bad_evals += 1
-        return bool(t.patience) and state.bad_evals >= t.patience
+        if state.validated(bleu):  # the best so far
+            self.checkpoints.best(self._save())  # on every rank: a save gathers generators
+        self.patience_out = state.out_of_patience(t.patience)
 
     def _validation_bleu(self) -> list[float]:
         """Validate, log and say how it went (rank 0): BLEU and NLL."""
         state = self.state
-        record, examples = validate(self.model, self.data, self.config, self.device)
+        record, examples = validation_record(self.model, self.data, self.config, self.device)
         where = {"step": state.step, "epoch": state.position.epoch}
         self.progress.log({"kind": "valid", **where, **record, "elapsed_s": state.elapsed})
         bleu = record["bleu"]
@@ -381,41 +279,18 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
 
     def _save(self) -> Path:
-        """Save `step-N`, point `last` at it, prune old ones. Every rank calls it (their
-        generator states are gathered); rank 0 alone writes, and the others wait for it."""
+        """Save `step-N` and point `last` at it (`resume.Checkpoints.save`)."""
+        tokenizers = self.data.src_tokenizer, self.data.tgt_tokenizer
+        return self.checkpoints.save(self.model, self.updater, self.state, tokenizers, self._extra)
+
+    def _extra(self) -> dict[str, Any]:
+        """The weights' metadata besides the config and the tokenizers, read without them."""
         state = self.state
-        path = checkpoint.step_dir(self.ckpt_dir, state.step)
-        if self._saved_step == state.step:
-            return path
-        self._saved_step = state.step
-        mine = {"cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            mine["cuda"] = torch.cuda.get_rng_state(self.device)
-        ranks = self.ranks.gather(mine)
-        if not self.main:
-            self.ranks.barrier()  # no rank goes on, or exits, before `last` is written
-            return path
-        state.rng = {key: [rank[key] for rank in ranks] for key in mine}  # indexed by rank
-        state.world_size = self.ranks.world
-        trainer_state = {**self.updater.state_dict(), "state": dataclasses.asdict(state)}
-        extra = {
+        return {
             "best_bleu": state.best_bleu,
             "epoch": state.position.epoch,
             **inputs_of(self.config),  # what a resume checks before it rebuilds anything
         }
-        path = checkpoint.save(
-            self.ckpt_dir,
-            state.step,
-            self.model,
-            trainer_state,
-            self.config,
-            (self.data.src_tokenizer, self.data.tgt_tokenizer),
-            extra,
-        )
-        checkpoint.point(self.ckpt_dir, LAST, path)
-        checkpoint.prune(self.ckpt_dir, self.config.train.keep_last)
-        self.ranks.barrier()
-        return path
 
 
 def train(config: Config, restart: bool = False, resume_hint: str = "") -> dict[str, Any]:

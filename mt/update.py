@@ -14,12 +14,12 @@ from .batches import Batch
 from .config import TrainConfig
 from .device import autocast, precision_for
 from .loss import smoothed_loss
+from .metrics import say
 from .model import flex_refusal
 from .packing import PackedBatch, each
-from .progress import say
 from .ranks import Ranks
+from .rehearsal import compiles, on_every_rank, rehearse
 from .tokenizer import PAD
-from .warmup import compiles, on_every_rank, rehearse
 
 
 @dataclass
@@ -87,7 +87,8 @@ class Updater:
 
     def rehearse(self, batch: Batch, packed: bool) -> None:
         """Before the first update, on its first batch: compile where that pays
-        (`warmup.compiles`) and, on a GPU, refuse a batch too big for it (`warmup.rehearse`)."""
+        (`rehearsal.compiles`) and, on a GPU, refuse a batch too big for it
+        (`rehearsal.rehearse`)."""
         compile = compiles(self.t.compile, self.device.type, packed)
         if not compile and self.device.type != "cuda":
             return

@@ -19,7 +19,7 @@ from .store import Split
 from .tokenizer import PAD
 
 
-def validate(
+def validation_record(
     model: Transformer, data: Prepared, config: Config, device: torch.device
 ) -> tuple[dict[str, Any], list[str]]:
     """The record of a validation (loss, nll, ppl, bleu, sentences) and up to

@@ -175,6 +175,12 @@ def test_a_lone_path_in_a_file_becomes_a_list(tmp_path: Path, data_file: Path):
         ("data.tgt_lang=en", ["data.tgt_lang", "same language"]),
         ("train.max_tokens=0", ["train.max_tokens", "must be positive"]),
         ("data.valid_size=-1", ["data.valid_size", "must not be negative"]),
+        ("model.heads=0", ["model.heads", "must be positive, got 0"]),  # not a ZeroDivisionError
+        ("train.weight_decay=.nan", ["train.weight_decay", "must be a finite number"]),
+        ("decode.max_len_b=-1", ["decode.max_len_b", "must not be negative"]),
+        ("tokenizer.min_frequency=0", ["tokenizer.min_frequency", "must be positive"]),
+        ("data.max_length=0", ["data.max_length", "must be positive"]),
+        ("run.device=tpu", ["run.device", "'tpu': expected auto, cpu"]),
         ("model=3", ["model", "expected a mapping"]),
         ("model.d_model.x=3", ["'model.d_model' is a value"]),
         ("model", ["expected section.key=value"]),

@@ -216,11 +216,11 @@ import os, sys
 import mt.update
 from mt.cli import main
 from mt.errors import ConfigError
-from mt.warmup import Rehearsal
+from mt.rehearsal import Rehearsal
 
 
 def rehearse(forward, batch, model, compile, max_tokens, say, state_bytes=0):
-    if os.environ["RANK"] == "1":  # as warmup.rehearse refuses a batch too big for a GPU
+    if os.environ["RANK"] == "1":  # as rehearsal.rehearse refuses a batch too big for a GPU
         raise ConfigError(f"train.max_tokens: a batch of {max_tokens} tokens does not fit")
     return Rehearsal(forward, False, 0.0, 0)
 

@@ -9,7 +9,7 @@ from torch._dynamo.testing import CompileCounter
 
 import mt.model
 from mt.batches import collate
-from mt.config import Config, ModelConfig, apply_override, validate
+from mt.config import Config, ModelConfig, apply_override, check_config
 from mt.errors import ConfigError
 from mt.loss import smoothed_loss
 from mt.model import Transformer
@@ -87,7 +87,7 @@ def test_rows_too_short_for_the_longest_sentences_are_refused():
     config.data.max_length = 200
     apply_override(config, "train.pack_length=128")
     with pytest.raises(ConfigError, match=r"train\.pack_length: 128 is below data\.max_length"):
-        validate(config, "base.yaml", check_files=False)
+        check_config(config, "base.yaml", check_files=False)
     with pytest.raises(ConfigError, match=r"train\.pack_length: sentence pair 1 needs 20"):
         pack_rows(np.array([3, 19]), np.array([4, 2]), 16, 2, 0, 0)
     config.train.pack_length, config.train.max_tokens = 256, 200

@@ -109,6 +109,37 @@ def test_a_noisy_clock_moves_the_horizon_but_never_the_rate_back_up():
     assert step == horizon.at and rates[-1] == pytest.approx(t.min_lr)
 
 
+def test_only_the_first_horizon_warns_of_a_shortened_warm_up():
+    post = decaying("cosine", norm_first=False, warmup_steps=100)
+    horizon = Horizon()
+    warning = horizon.move(post, 0, 60)
+    assert warning.startswith("warning: about 60 updates fit in train.max_minutes (20); ")
+    assert "shortened from 100 to 30 updates" in warning and "post-norm" in warning
+    assert horizon.move(post, 10, 50) == ""  # moved again: said once
+    pre = decaying("cosine", warmup_fraction=0.1, warmup_steps=100)  # a fraction: no floor
+    assert Horizon().move(pre, 0, 60) == "" and Horizon().move(post, 0, 400) == ""
+
+
+def test_the_clock_keeps_a_reserve_for_the_final_validation_and_save_unless_fitted():
+    horizon = Horizon(validate_s=5.0, save_s=3.0)
+    fixed = TrainConfig(max_minutes=1, max_steps=100)  # noam: the horizon is not the budget
+    assert not horizon.out_of_time(fixed, 51.9) and horizon.out_of_time(fixed, 52.0)
+    fitted = TrainConfig(schedule="cosine", max_minutes=1)  # the fit keeps the reserve
+    assert not horizon.out_of_time(fitted, 59.9) and horizon.out_of_time(fitted, 60.0)
+    assert not horizon.out_of_time(TrainConfig(max_steps=100), 1e9)  # no budget
+
+
+def test_a_session_starts_by_refusing_a_spent_budget_or_refitting_a_grown_one():
+    t = TrainConfig(schedule="cosine", max_minutes=2)
+    with pytest.raises(ConfigError, match=r"train.max_minutes: 2 is spent: .* 2.5 minutes"):
+        Horizon().start(t, 10, 150.0)
+    horizon = Horizon(at=10, update_times=[6.0], since_step=8, since_progress=0.5)
+    assert horizon.start(t, 10, 60.0) == "train.max_minutes grew to 2: about 20 updates"
+    # 60 s left at 6 s an update; the decay is the longer budget's from the start
+    assert (horizon.at, horizon.since) == (20, (0, 0.0))
+    assert Horizon(at=30, update_times=[6.0]).start(t, 10, 60.0) == ""  # not reached: goes on
+
+
 def test_config_errors_of_a_budget():
     from mt.config import load_config
 

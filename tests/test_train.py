@@ -477,3 +477,39 @@ def test_a_trainer_state_saved_before_the_typed_records_still_loads():
     assert (state.horizon.validate_s, state.horizon.fitted_at) == (4.0, 6.0)
     again = TrainState.from_dict(dataclasses.asdict(state))  # as saved now
     assert (again.position, again.horizon) == (state.position, state.horizon)
+
+
+def test_the_state_keeps_the_best_bleu_and_counts_patience_from_it():
+    from mt.state import TrainState
+
+    state, seen = TrainState(), []
+    for bleu in (10.0, 12.0, 12.0, 11.0, 13.0, 9.0):
+        seen.append((state.validated(bleu), state.bad_evals, state.out_of_patience(2)))
+    assert seen == [(True, 0, False), (True, 0, False), (False, 1, False), (False, 2, True),
+                    (True, 0, False), (False, 1, False)]  # fmt: skip
+    assert state.best_bleu == 13.0 and not state.out_of_patience(0)  # 0: no patience rule
+
+
+def test_a_log_window_averages_over_log_every_and_starts_over():
+    from mt.metrics import Window
+    from mt.update import Update
+
+    window = Window(updates=4)
+    for loss in (2.0, 4.0):
+        window.add(Update(loss, loss / 2, tokens=100, lr=0.1, padded=5, cells=50), 0.5)
+    record = window.close(lr=0.2, world=2)  # 200 tokens a rank in 1 s, 2 ranks
+    assert record == {"loss": 1.5, "nll": 0.75, "ppl": math.exp(0.75), "lr": 0.2,
+                      "tokens_per_s": 400.0, "padding": 0.1}  # fmt: skip
+    assert window.close(lr=0.2, world=1)["tokens_per_s"] == 0.0  # a new window
+
+
+def test_generator_states_saved_by_the_ranks_restore_the_same_draws():
+    from mt.ranks import Ranks
+
+    ranks = Ranks("cpu")
+    torch.manual_seed(7)
+    saved = ranks.rng_states()
+    assert list(saved) == ["cpu"] and len(saved["cpu"]) == ranks.world == 1
+    drawn = torch.rand(5)
+    ranks.restore_rng(saved)
+    assert torch.equal(torch.rand(5), drawn)

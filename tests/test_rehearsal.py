@@ -7,7 +7,7 @@ from test_packing import batches, corpus, tensors, tiny_model
 
 from mt.errors import ConfigError
 from mt.loss import smoothed_loss
-from mt.warmup import Rehearsal, compiles, fitting_rows, on_every_rank, rehearse
+from mt.rehearsal import Rehearsal, compiles, fitting_rows, on_every_rank, rehearse
 
 
 def test_compiled_by_default_on_cuda_with_packed_batches_only():

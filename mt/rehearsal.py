@@ -20,6 +20,7 @@ from torch._inductor.exc import InductorError
 from .config import one_line
 from .errors import ConfigError, MtError
 from .packing import each
+from .ranks import rng_state, set_rng_state
 
 HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentation
 Forward = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch -> (loss, nll)
@@ -54,7 +55,7 @@ def rehearse(
     step, on top of what the rehearsal measured. Raises ConfigError, naming
     train.max_tokens (a batch's budget) and the largest that fits, when it does not fit."""
     device = batch[0].device
-    states = _rng_states(device)
+    states = rng_state(device)
     if device.type == "cuda":  # what this process may take: free, and what it holds already
         free, total = torch.cuda.mem_get_info(device)
         budget = int(HEADROOM * (free + torch.cuda.memory_reserved(device))) - state_bytes
@@ -124,7 +125,7 @@ def _measure(run: Forward, batch, model, states) -> tuple[float, int]:
         return time.perf_counter() - start, peak
     finally:
         model.zero_grad(set_to_none=True)
-        _set_rng_states(device, states)
+        set_rng_state(device, states)
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -152,16 +153,3 @@ def fitting_rows(measured: list[tuple[int, int]], budget: int, rows: int) -> int
     (r1, p1), (r2, p2) = measured
     per_row = max((p1 - p2) / (r1 - r2), 1.0)
     return max(r1, min(rows - 1, int((budget - (p1 - per_row * r1)) // per_row)))
-
-
-def _rng_states(device: torch.device) -> dict[str, torch.Tensor]:
-    states = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        states["cuda"] = torch.cuda.get_rng_state(device)
-    return states
-
-
-def _set_rng_states(device: torch.device, states: dict[str, torch.Tensor]) -> None:
-    torch.set_rng_state(states["cpu"])
-    if "cuda" in states:
-        torch.cuda.set_rng_state(states["cuda"], device)
