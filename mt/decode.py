@@ -174,8 +174,7 @@ def _beam_search(
     beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
     n_src, device = src.size(0), src.device
     limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b))  # (B,)
-    steps = int(limit.max()) + 1
-    first_limit = int(limit.min())
+    steps, first_limit = int(limit.max()) + 1, int(limit.min())
     state, decode_step = _start(model, *model.encode(src), steps, beam, plan)
     # the nbest best finished hypotheses of each sentence so far
     fin_score = torch.full((n_src, nbest), NEG_INF, device=device)
@@ -228,13 +227,19 @@ def _beam_search(
         history = history[rows]
         tokens = word.flatten()
         history[:, t] = tokens
+    return _finished(fin_tokens, fin_score, fin_logprob)
+
+
+def _finished(tokens: Tensor, score: Tensor, logprob: Tensor) -> list[list[Hypothesis]]:
+    """Each sentence's finished hypotheses, best first: tokens (N, nbest, steps) padded,
+    score and logprob (N, nbest), -inf where fewer than nbest finished."""
     return [
         [
             Hypothesis([w for w in seq if w != PAD], s, lp)
             for seq, s, lp in zip(*hyps)
             if s > NEG_INF
         ]
-        for hyps in zip(fin_tokens.tolist(), fin_score.tolist(), fin_logprob.tolist())
+        for hyps in zip(tokens.tolist(), score.tolist(), logprob.tolist())
     ]
 
 

@@ -1,7 +1,8 @@
 """The package's shape: imports between `mt/` modules form no circle and never reach up to
 the command line, no function of `mt/` is over 60 lines, and `scripts/` use public names of
 `mt` only. Imports are read from the source (every one, those inside functions too), not
-from what a run happens to load."""
+from what a run happens to load; imports under `if TYPE_CHECKING:` are annotations and do
+not count."""
 
 from __future__ import annotations
 
@@ -13,32 +14,21 @@ PACKAGE = ROOT / "mt"
 TOP = {"cli", "__main__"}  # the command line: it dispatches to the modules, none calls back
 
 LONGEST = 60  # lines a function of mt/ may have
-# longer ones, until the branch that splits them merges
-KNOWN_LONG = {
-    # issue 27 parts 1, 2 and 4 (branch engine)
-    "cli.translate_command",
-    "cli.evaluate_command",
-    "plot.plot_run",
-    "plot.plot_attention",
-    "serve.create_app",
-    "translate.translate_ids",
-    # issue 28 (branch gpudecode rewrites the beam search)
-    "decode.beam_search",
-}
-
-# private names a script still imports, until the branch that gives them a public home merges
-KNOWN_PRIVATE = {
-    # issue 27 part 5 (branch engine): decoding opened through mt.engine, not the CLI's helpers
-    ("scripts/bench_serve.py", "mt.cli._load_for_decoding"),
-    ("scripts/bench_serve.py", "mt.cli._translate_nbest"),
-}
 
 
 def imported_names(tree: ast.AST, package: str | None) -> set[str]:
     """Dotted names of what a module imports, `mt.x` or `mt.x.name`; relative imports are
     resolved against `package` (the module's own package, "mt")."""
     names = set()
+    typing_only = {  # `if TYPE_CHECKING:` imports are annotations, not dependencies
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -129,7 +119,7 @@ def test_no_function_in_mt_is_longer_than_60_lines():
             is_function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             if is_function and node.end_lineno - node.lineno + 1 > LONGEST:
                 long.add(f"{path.stem}.{node.name}")
-    assert long == KNOWN_LONG  # an entry no longer needed: drop it
+    assert long == set()
 
 
 def mt_names(tree: ast.AST) -> set[str]:
@@ -172,4 +162,4 @@ def test_scripts_import_no_private_name_of_mt():
     for script in sorted((ROOT / "scripts").glob("*.py")):
         names = mt_names(ast.parse(script.read_text(encoding="utf-8")))
         found |= {(script.relative_to(ROOT).as_posix(), n) for n in names if private(n)}
-    assert found == KNOWN_PRIVATE  # an entry no longer needed: drop it
+    assert found == set()
