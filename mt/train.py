@@ -190,7 +190,10 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train until a stopping rule fires; returns how it ended."""
-        self.updater.rehearse(self.batches.peek(), packed=bool(self.batches.pack_length))
+        self.updater.rehearse(
+            self.batches.peek(), bool(self.batches.pack_length), self.state.precision
+        )
+        self._measured_precision()
         if self.main:  # the run's first lines, once it is sure to run
             say(f"precision: {self.updater.precision_why}")
             if self.updater.compiled:
@@ -212,6 +215,20 @@ class Trainer:
             "signal": stop.stopping and stop.stopping.name,  # exit 128 + it on every rank
             "best_bleu": self.state.best_bleu,
         }
+
+    def _measured_precision(self) -> None:
+        """What train.precision auto measured on a CPU: rank 0's choice on every rank, kept
+        in the state (a resume computes alike), recorded in metrics.jsonl."""
+        updater = self.updater
+        if not updater.rates:
+            return
+        bf16 = self.ranks.broadcast([float(updater.precision == "bf16")])[0]
+        updater.autocast = torch.bfloat16 if bf16 else None
+        self.state.precision = updater.precision
+        if self.main:
+            rates = {f"{k}_tokens_per_s": v for k, v in updater.rates.items()}
+            record = {"kind": "precision", "step": self.state.step, "precision": updater.precision}
+            metrics.append(self.run_dir, {**record, **rates})
 
     def _loop(self, stop: StopSignal) -> str:
         t, state = self.config.train, self.state
@@ -350,8 +367,10 @@ class Trainer:
         t, state = self.config.train, self.state
         if not len(self.data.splits["valid"]):
             return False
-        bleu, nll = self.ranks.broadcast(self._validation_bleu() if self.main else [0.0, 0.0])
-        self.checks.validated(state.step, nll, bleu, warmup_updates(self.config, state.horizon.at))
+        mine = self._validation_bleu() if self.main else [0.0] * 3
+        bleu, nll, shuffled = self.ranks.broadcast(mine)
+        warmup = warmup_updates(self.config, state.horizon.at)
+        self.checks.validated(state.step, nll, shuffled, bleu, warmup)
         if bleu > state.best_bleu:
             state.best_bleu, state.bad_evals = bleu, 0
             path = self._save()  # on every rank: a save gathers their generator states
@@ -362,7 +381,7 @@ class Trainer:
         return bool(t.patience) and state.bad_evals >= t.patience
 
     def _validation_bleu(self) -> list[float]:
-        """Validate, log and say how it went (rank 0): BLEU and NLL."""
+        """Validate, log and say how it went (rank 0): BLEU, NLL, NLL with shuffled sources."""
         state = self.state
         record, examples = validate(self.model, self.data, self.config, self.device)
         where = {"step": state.step, "epoch": state.position.epoch}
@@ -374,7 +393,7 @@ class Trainer:
         )
         if examples:
             say("\n".join(examples))
-        return [bleu, record["nll"]]
+        return [bleu, record["nll"], record["nll_shuffled"]]
 
     # ------------------------------------------------------------------ checkpoints
 
