@@ -83,8 +83,10 @@ def precision_for(
     """The autocast dtype (None: plain float32) for `train.precision` or `decode.precision`
     `name` on `device`, and why. `auto` picks what pays: bf16 on GPUs with native bf16
     (compute capability 8.0 on), fp16 with a gradient scaler on older ones, bf16 on CPUs
-    with AMX bf16 units, float32 elsewhere. `capability` (the CUDA device's) and `amx_bf16`
-    default to what this machine has; the choice is a pure function of the arguments given.
+    with AMX bf16 units, float32 elsewhere. Training measures instead on a CPU (the
+    rehearsal's `warmup.measure_precision`): this CPU rule is decoding's. `capability` (the
+    CUDA device's) and `amx_bf16` default to what this machine has; the choice is a pure
+    function of the arguments given.
     """
     named = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
     if name != "auto":
