@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
 from .errors import ConfigError
+
+# oneDNN, which multiplies bf16 matrices on a CPU (float32 goes to MKL), keeps the kernels it
+# made for every shape it has seen, in two caches of 1,024 (ideep's and oneDNN's own): padded
+# batches bring new shapes every update, and bf16 training on a CPU grew to 3x float32's
+# memory (4.2 GB against 1.45 for the 20-minute recipe). 16 bound it at no cost in speed
+# measured (docs/benchmarks.md, "bf16 memory on a CPU"). Read when torch first multiplies in
+# bf16 (ideep's: when torch loads, so mt/__init__.py sets it); the environment's own win.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
 
 
 def pick_device(

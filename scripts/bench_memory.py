@@ -21,7 +21,7 @@ def worker(precision: str, updates: int, config: str, overrides: list[str], run_
     from mt.train import Trainer
 
     items = [f"run.dir={run_dir}", f"train.precision={precision}", "train.max_minutes=0",
-             f"train.max_steps={updates}", *overrides]  # fmt: skip
+             f"train.max_steps={max(updates, 1)}", *overrides]  # fmt: skip
     trainer = Trainer(load_config(config, items))
     peaks = []
     for update in range(1, updates + 1):
@@ -45,14 +45,22 @@ def main() -> None:
 
     name, flags = cpu_info()
     wanted = sorted(flags & {"avx512f", "avx512_bf16", "amx_bf16"})
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1"}
     with tempfile.TemporaryDirectory() as run_dir:
-        for precision in ("fp32", "bf16"):
+        prepare = [sys.executable, __file__, "--worker", "fp32", "--run-dir", run_dir,
+                           "--updates", "0", "--config", args.config]  # fmt: skip
+        subprocess.run(prepare, env=env, check=True, capture_output=True)  # data once
+        workers = {}
+        for precision in ("fp32", "bf16"):  # side by side: a process each
             command = [sys.executable, __file__, "--worker", precision, "--run-dir", run_dir,
                        "--updates", str(args.updates), "--config", args.config]  # fmt: skip
             command += [a for item in args.overrides for a in ("--set", item)]
-            env = {**os.environ, "HF_DATASETS_OFFLINE": "1"}
-            out = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
-            record = json.loads(out.stdout.strip().splitlines()[-1])
+            workers[precision] = subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, text=True
+            )
+        for worker_process in workers.values():
+            out, _ = worker_process.communicate()
+            record = json.loads(out.strip().splitlines()[-1])
             print(json.dumps({**record, "cpu": name, "flags": wanted}))
 
 
