@@ -9,12 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from test_train import metric_lines
 
 from mt import checkpoint
 from mt.config import Config, load_config
 from mt.errors import ConfigError
 from mt.health import (
+    Checks,
     Vitals,
     check_gradients,
     check_validations,
@@ -156,6 +158,23 @@ def test_gradient_norms_that_explode_or_are_not_finite():
     assert check_gradients(config(), 5, [0.1, 150.0]) is None  # too little history
     assert check_gradients(config(), 5, [math.inf]).check == "diverged"
     assert "was nan at step 5" in check_gradients(config(), 5, [*usual, math.nan]).message
+
+
+def test_a_loss_spike_that_recovers_is_no_divergence():
+    checks = Checks(config(), Vitals(), UNIGRAM)
+    for step in range(1, 13):  # 4 non-finite losses, one good update, 4 more, ...
+        if step % 5:
+            checks.skipped(step)
+        else:
+            checks.counted(torch.tensor(1.0))
+    checks.skipped(13)
+    checks.skipped(14)
+    assert checks.found is None
+    checks.skipped(15)  # the fifth in a row
+    assert checks.found is not None and checks.found.check == "diverged"
+    # a gradient norm 50 times its usual, back to usual after: no explosion either
+    assert check_gradients(config(), 6, [1.0, 0.8, 1.2, 0.9, 50.0]) is None
+    assert check_gradients(config(), 7, [1.0, 0.8, 1.2, 0.9, 50.0, 1.1]) is None
 
 
 def test_non_finite_losses_in_a_row_diverge():
