@@ -144,8 +144,11 @@ class TrainConfig:
     log_every: int = resumable(100)  # updates between training-metric lines
     save_every: int = resumable(1000)  # updates between checkpoints
     keep_last: int = resumable(5)  # step checkpoints kept (best and last are always kept)
-    # auto: bf16 on GPUs with native bf16 and CPUs with AMX bf16, fp16 (loss-scaled) on older
-    # GPUs, fp32 elsewhere; weights and checkpoints stay float32 in every precision
+    # auto: bf16 on GPUs with native bf16, fp16 (loss-scaled) on older GPUs; on a CPU,
+    # measured on the first batch (forward and backward passes in fp32 and bf16, interleaved,
+    # before the first update): bf16 if at least 10% faster, kept on resume (a Zen 4 without
+    # AMX: bf16 1.5x fp32; a Xeon with AVX-512 bf16 and no AMX: 0.6x); fp32 elsewhere.
+    # Weights and checkpoints stay float32 in every precision
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # torch.compile the model and the loss, rehearsed on the first batch (timed, uncompiled
     # with a warning where compiling fails); auto: on CUDA when batches are packed (one shape,
@@ -160,9 +163,16 @@ class TrainConfig:
     pack_length: int = 0  # tokens a packed row; 0: data.max_length + 1 rounded up to 128
     # stop a run that diverged or collapsed with a one-line diagnosis, exit status 3
     # (mt/health.py says what each check looks for); a run so stopped resumes only with a
-    # health setting changed
+    # health setting changed. Collapsed: the model ignores its source (the validation NLL
+    # with the sources shuffled among the sentences within 0.002 nats of the true one, BLEU
+    # below 1) in every validation of the last half of the updates so far (50 at least,
+    # after the warm-up), and its training NLL fell less than 5% over them. Measured on the
+    # Tatoeba files (docs/benchmarks.md, "Health checks"): collapsed post-norm runs had a gap
+    # of 2e-6 nats; healthy ones 0.001 to 0.01 in their first 100 updates, while their loss
+    # fell fast, and 0.04 or more once it slowed; 13 healthy runs were not stopped
     health_checks: bool = resumable(True)
-    health_patience: int = resumable(3)  # validations after the warm-up that look collapsed
+    # validations at least, in that window, that show the model ignoring its source
+    health_patience: int = resumable(3)
     # fine-tuning: start from this model (a run folder, checkpoint folder or weights file):
     # its weights and tokenizers, a fresh optimiser and schedule; model and tokenizer sections
     # must be the checkpoint's
@@ -183,7 +193,9 @@ class DecodeConfig:
     no_repeat_ngram: int = resumable(0)  # forbid repeating any n-gram of this size; 0 disables
     # source tokens per decoding batch; 0: the device's (4096 on a CPU, more on a GPU)
     batch_tokens: int = resumable(0)
-    # validation, translate and evaluate; auto: the rule of train.precision's auto
+    # validation, translate and evaluate; auto: train.precision's rule on GPUs; on a CPU
+    # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
+    # translations (bf16's differ a little) depend on the machine's load (README)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
 
 

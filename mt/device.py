@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
 from .errors import ConfigError
+
+# oneDNN, which multiplies bf16 matrices on a CPU (float32 goes to MKL), keeps the kernels it
+# made for every shape it has seen, in two caches of 1,024 (ideep's and oneDNN's own): padded
+# batches bring new shapes every update, and bf16 training on a CPU grew to 3x float32's
+# memory (4.2 GB against 1.45 for the 20-minute recipe). 16 bound it at no cost in speed
+# measured (docs/benchmarks.md, "bf16 memory on a CPU"). Read when torch first multiplies in
+# bf16 (ideep's: when torch loads, so mt/__init__.py sets it); the environment's own win.
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
 
 
 def pick_device(
@@ -98,8 +107,10 @@ def precision_for(
     """The autocast dtype (None: plain float32) for `train.precision` or `decode.precision`
     `name` on `device`, and why. `auto` picks what pays: bf16 on GPUs with native bf16
     (compute capability 8.0 on), fp16 with a gradient scaler on older ones, bf16 on CPUs
-    with AMX bf16 units, float32 elsewhere. `capability` (the CUDA device's) and `amx_bf16`
-    default to what this machine has; the choice is a pure function of the arguments given.
+    with AMX bf16 units, float32 elsewhere. Training measures instead on a CPU (the
+    rehearsal's `rehearsal.measure_precision`): this CPU rule is decoding's. `capability` (the
+    CUDA device's) and `amx_bf16` default to what this machine has; the choice is a pure
+    function of the arguments given.
     """
     named = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
     if name != "auto":

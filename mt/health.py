@@ -12,21 +12,21 @@ setting to change.
 - exploded: a logged window's mean gradient norm is EXPLOSION times the median of the earlier
   ones: the updates are about to wreck the weights (none was seen in the runs measured:
   the bound is loose on purpose).
-- collapsed: `train.health_patience` validations in a row after the warm-up translate nothing
-  (BLEU below BLEU_FLOOR), and the model predicts the training and the validation targets no
-  better than the frequencies of their tokens (both NLLs at least UNIGRAM_SHARE of the
-  unigram entropy of the training targets; a model that over-fits has a low training NLL),
-  and it is not on its way down (the validation NLL fell by less than PROGRESS across them,
-  the training NLL by less than TRAIN_PROGRESS: on a small corpus the validation NLL of a
-  model that learns can stay flat).
-  The model has stopped using the source: the failure of a post-norm Transformer warmed up
-  too briefly for its learning rate (Xiong et al. 2020, "On Layer Normalization in the
-  Transformer Architecture"). Measured on the Tatoeba files (CPU, 6+6 layers at d_model 64,
-  lr 5e-3): with 10 warm-up updates post-norm sat at 1.01x the unigram entropy for 300
-  updates, BLEU 0; pre-norm went on down (0.86x at update 300, the validation NLL falling 2%
-  or more between validations every 50 updates), and so did post-norm with 100. With the
-  16,000-token vocabulary the unigram entropy of the Tatoeba targets is 6.24 nats; the
-  collapsed post-norm run on an H100 sat at a label-smoothed loss of 6.4 for 8,000 updates.
+- collapsed: the model ignores its source, and has for a real share of the run: in every
+  validation (at least `train.health_patience`) of the last WINDOW_SHARE of the updates so
+  far (MIN_WINDOW at least, all after the warm-up) it translates nothing (BLEU below
+  BLEU_FLOOR) and predicts the validation targets as well from other sentences' sources as
+  from their own (the source gap, the validation NLL with the sources shuffled among the
+  sentences less the true one, below SOURCE_GAP nats), and its training NLL fell less than
+  TRAIN_PROGRESS across that window. A young model that has learnt only the target
+  language, whose NLL sits near the targets' unigram entropy, is not called collapsed while
+  its training loss falls; one on a plateau, only once the plateau is half of its life.
+  The failure it catches: a post-norm Transformer warmed up too briefly for its learning
+  rate stops using the source for good (Xiong et al. 2020, "On Layer Normalization in the
+  Transformer Architecture"). Measured on the Tatoeba files (CPU), see docs/benchmarks.md
+  ("Health checks"): a collapsed run kept a source gap of 2e-6 nats; healthy ones had
+  0.0001 to 0.004 in their first 50 to 125 updates, while their loss fell fast, and 0.01 to
+  0.1 once it slowed.
 """
 
 from __future__ import annotations
@@ -46,32 +46,45 @@ from .store import Sentences
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before the run is called diverged
 EXPLOSION = 100.0  # a window's gradient norm this many times the earlier median has exploded
 BLEU_FLOOR = 1.0  # validation BLEU below this translates nothing
-UNIGRAM_SHARE = 0.9  # NLL above this share of the unigram entropy: no use of the source
-# a model whose NLLs fell less than these fractions across the validations judged is stuck:
-# the validation NLL is measured on fixed sentences, the training NLL of one logged window is
-# noisier (collapsed: up to 4% between validations, measured)
-PROGRESS, TRAIN_PROGRESS = 0.01, 0.05
+SOURCE_GAP = 0.002  # nats: a source gap below this, the source is not used
+# the window judged: this share of the updates so far, and at least this many updates
+WINDOW_SHARE, MIN_WINDOW = 1 / 2, 50
+TRAIN_PROGRESS = 0.05  # a training NLL that fell less than this fraction is flat (collapsed:
+# its logged windows wander by up to 4%, measured)
 
 
 @dataclass
 class Vitals:
     """What the checks judge, kept in the training state: a resumed run judges alike."""
 
-    train_nll: float = math.nan  # of the latest logged window
+    train_nlls: list[list[float]] = field(default_factory=list)  # (step, NLL) of logged windows
     grad_norms: list[float] = field(default_factory=list)  # mean of the latest logged windows
-    validations: list[list[float]] = field(default_factory=list)  # (step, train_nll, nll, BLEU)
+    validations: list[list[float]] = field(default_factory=list)  # (step, NLL, shuffled, BLEU)
     stopped: str = ""  # the check that stopped the run ("": none)
     patience: int = 0  # train.health_patience when it stopped
 
-    KEEP = 50  # logged windows and validations remembered
+    KEEP = 50  # logged gradient norms and validations remembered
+    KEEP_LOGS = 400  # training NLLs remembered, every other one dropped beyond: the window
+    # judged is a share of the whole run
 
-    def logged(self, train_nll: float, grad_norm: float | None) -> None:
-        self.train_nll = train_nll
+    @staticmethod
+    def from_dict(saved: dict) -> Vitals:
+        """As saved in a checkpoint; one saved before the source gap was measured judges
+        from its next validations."""
+        saved = {k: v for k, v in saved.items() if k != "train_nll"}
+        if saved.get("validations") and len(saved["validations"][0]) == 4:
+            saved["validations"] = []  # (step, train NLL, NLL, BLEU): no source gap
+        return Vitals(**saved)
+
+    def logged(self, step: int, train_nll: float, grad_norm: float | None) -> None:
+        self.train_nlls.append([step, train_nll])
+        if len(self.train_nlls) > self.KEEP_LOGS:
+            self.train_nlls = self.train_nlls[-1::-2][::-1]  # the latest kept
         if grad_norm is not None:
             self.grad_norms = [*self.grad_norms[1 - self.KEEP :], grad_norm]
 
-    def validated(self, step: int, nll: float, bleu: float) -> None:
-        self.validations = [*self.validations[1 - self.KEEP :], [step, self.train_nll, nll, bleu]]
+    def validated(self, step: int, nll: float, shuffled: float, bleu: float) -> None:
+        self.validations = [*self.validations[1 - self.KEEP :], [step, nll, shuffled, bleu]]
 
     def resumed(self, t: TrainConfig, where: str) -> None:
         """A run a check stopped resumes only with a health setting changed."""
@@ -145,33 +158,47 @@ def check_gradients(config: Config, step: int, norms: Sequence[float]) -> Diagno
 
 
 def check_validations(
-    config: Config, validations: Sequence[Sequence[float]], warmup: int, unigram: float
+    config: Config,
+    train_nlls: Sequence[Sequence[float]],
+    validations: Sequence[Sequence[float]],
+    warmup: int,
+    unigram: float,
 ) -> Diagnosis | None:
-    """At a validation: `validations` are (step, training NLL of the latest logged window,
-    validation NLL, BLEU) of the run's validations, oldest first; `warmup` the warm-up's
-    length in updates; `unigram` the training targets' unigram entropy."""
-    k = config.train.health_patience
-    judged = [v for v in validations if v[0] > warmup][-k:]
-    if len(judged) < k or not unigram:
+    """At a validation: `train_nlls` are (step, NLL) of the logged training windows,
+    `validations` (step, NLL, NLL with shuffled sources, BLEU) of the validations, oldest
+    first, this one last; `warmup` the warm-up's length in updates; `unigram` the training
+    targets' unigram entropy (for the message)."""
+    if not validations:
         return None
-    floor = UNIGRAM_SHARE * unigram
-    for _, train_nll, valid_nll, bleu in judged:
-        if bleu >= BLEU_FLOOR or not (train_nll >= floor and valid_nll >= floor):  # NaN: no
+    step = validations[-1][0]
+    start = step - max(MIN_WINDOW, WINDOW_SHARE * step)
+    judged = [v for v in validations if v[0] >= start]
+    if start < warmup or len(judged) < config.train.health_patience:
+        return None
+    for _, nll, shuffled, bleu in judged:
+        if not (bleu < BLEU_FLOOR and shuffled - nll < SOURCE_GAP):  # NaN: not collapsed
             return None
-    (first, train_first, nll_first, _), (last, train_last, nll, _) = judged[0], judged[-1]
-    if nll < (1 - PROGRESS) * nll_first or train_last < (1 - TRAIN_PROGRESS) * train_first:
-        return None  # still learning
+    trained = [nll for s, nll in train_nlls if s >= start]
+    third = len(trained) // 3
+    if not third:  # too few logged windows to tell a trend
+        return None
+    before, after = statistics.fmean(trained[:third]), statistics.fmean(trained[-third:])
+    if not after > (1 - TRAIN_PROGRESS) * before:  # still learning (NaN: no verdict)
+        return None
+    (first, *_), (_, nll, shuffled, _) = judged[0], judged[-1]
     cause = (
         "as a post-norm model warmed up too briefly for its learning rate does"
         if not config.model.norm_first
         else "likely a learning rate too high for its warm-up"
     )
+    frequencies = f", the targets' token frequencies alone {unigram:.2f}" if unigram else ""
     return Diagnosis(
         "collapsed",
-        f"collapsed: BLEU below {BLEU_FLOOR:g} in {k} validations from step {first:.0f} to "
-        f"{last:.0f}, and a loss no better than guessing the target's token frequencies "
-        f"(NLL {nll:.2f} against their entropy {unigram:.2f}): the model ignores the source, "
-        f"{cause}; {_fixes(config)}",
+        f"collapsed: the model ignores its source: in {len(judged)} validations from step "
+        f"{first:.0f} to {step:.0f}, BLEU below {BLEU_FLOOR:g} and a validation NLL as good "
+        f"with the sources shuffled among the sentences as with their own ({shuffled:.2f} "
+        f"against {nll:.2f}{frequencies}), and a training NLL that fell "
+        f"{1 - after / before:.1%} over those updates; {cause}; {_fixes(config)}",
     )
 
 
@@ -208,17 +235,20 @@ class Checks:
         """At a training log line: the window's mean gradient norm, as its record's field
         (none where none was measured), once the checks have judged it."""
         grad_norm = float(torch.stack(self.norms).double().mean()) if self.norms else None
-        self.vitals.logged(train_nll, grad_norm)
+        self.vitals.logged(step, train_nll, grad_norm)
         self.norms = []
         if self.on:
             self._keep(check_gradients(self.config, step, self.vitals.grad_norms))
         return {"grad_norm": grad_norm} if grad_norm is not None else {}
 
-    def validated(self, step: int, nll: float, bleu: float, warmup: int) -> None:
-        self.vitals.validated(step, nll, bleu)
+    def validated(self, step: int, nll: float, shuffled: float, bleu: float, warmup: int) -> None:
+        """At a validation: its NLL, the NLL with the sources shuffled, and BLEU."""
+        v = self.vitals
+        v.validated(step, nll, shuffled, bleu)
         if self.on:
-            found = check_validations(self.config, self.vitals.validations, warmup, self.unigram)
-            self._keep(found)
+            self._keep(
+                check_validations(self.config, v.train_nlls, v.validations, warmup, self.unigram)
+            )
 
     def _keep(self, found: Diagnosis | None) -> None:
         if found and not self.found:

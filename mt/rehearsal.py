@@ -1,8 +1,10 @@
 """The first update rehearsed on the first batch, before training: it compiles the training
 step (timed; uncompiled, with a warning, where compiling fails) and learns whether a batch
 fits the GPU, so that one too big is refused before the first update, with the largest that
-fits, never in the middle of a run. The rehearsal leaves no trace: its gradients are dropped
-and the generators restored, so the run computes what it would have computed without it.
+fits, never in the middle of a run. On a CPU, `train.precision: auto` is measured there too:
+a few passes in float32 and in bf16, interleaved (`measure_precision`). The rehearsal leaves
+no trace: its gradients are dropped and the generators restored, so the run computes what it
+would have computed without it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from .packing import each
 from .ranks import rng_state, set_rng_state
 
 HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentation
+# bf16 is kept on a CPU only when its passes are this much faster than float32's: what bf16
+# pays for depends on the CPU's bf16 units (AMX, AVX-512 bf16) and the shapes, and no rule on
+# CPU flags knows it (Zen 4 without AMX: bf16 1.5x fp32; a Xeon with AVX-512 bf16: 0.6x)
+FASTER = 1.1
+TIMED = 3  # passes timed in each precision, after an untimed one (allocations, kernels)
 Forward = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch -> (loss, nll)
 
 
@@ -109,6 +116,39 @@ def on_every_rank(rehearsal: Callable[[], Rehearsal], world: int) -> Rehearsal:
             kind = ConfigError if code == ConfigError.exit_code else MtError
             raise kind(f"rank {rank} failed its rehearsal of the first update: {message}")
     return done
+
+
+@dataclass
+class Measured:
+    dtype: torch.dtype | None  # the autocast dtype chosen (None: plain float32)
+    why: str  # one line: the choice and both rates
+    rates: dict[str, float]  # target tokens/s of a forward and backward pass, per precision
+
+
+def measure_precision(
+    forwards: dict[str, Forward],
+    batch: Any,
+    model: torch.nn.Module,
+    tokens: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Measured:
+    """Time `forwards` ("fp32", "bf16": the same pass in each precision) on `batch`, of
+    `tokens` target tokens, interleaved so a machine shared with other work slows both
+    alike; each the fastest of TIMED passes. Leaves no trace, as `rehearse`."""
+    states = rng_state(batch[0].device)
+    seconds: dict[str, list[float]] = {name: [] for name in forwards}
+    for _ in range(TIMED + 1):
+        for name, forward in forwards.items():
+            start = clock()
+            _measure(forward, batch, model, states)
+            seconds[name].append(clock() - start)
+    rates = {name: tokens / max(min(s[1:]), 1e-9) for name, s in seconds.items()}
+    bf16, fp32 = rates["bf16"], rates["fp32"]
+    if bf16 >= FASTER * fp32:
+        why = f"auto: bf16, {bf16:,.0f} vs {fp32:,.0f} target tokens/s in fp32"
+        return Measured(torch.bfloat16, why, rates)
+    why = f"auto: fp32, {fp32:,.0f} vs {bf16:,.0f} target tokens/s in bf16, not {FASTER:g}x"
+    return Measured(None, why, rates)
 
 
 def _measure(run: Forward, batch, model, states) -> tuple[float, int]:

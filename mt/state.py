@@ -28,6 +28,7 @@ class TrainState:
     rng: dict[str, Any] = field(default_factory=dict)  # generator states, one per rank
     world_size: int = 1  # processes that trained the run: an exact resume needs as many
     pack_length: int = 0  # tokens a packed row of the run's batches (0: padded)
+    precision: str = ""  # what train.precision auto measured on a CPU, kept ("": not measured)
 
     def validated(self, bleu: float) -> bool:
         """Count a validation's BLEU: True when it is the best so far (patience starts over)."""
@@ -53,7 +54,7 @@ class TrainState:
         if isinstance(s["rng"]["cpu"], torch.Tensor):  # saved by mt 0.1: one process
             s["rng"] = {key: [value] for key, value in s["rng"].items()}
         s["position"], s["horizon"] = Position(**s["position"]), Horizon(**s["horizon"])
-        s["vitals"] = Vitals(**s.get("vitals", {}))
+        s["vitals"] = Vitals.from_dict(s.get("vitals", {}))
         return TrainState(**s)
 
 

@@ -133,7 +133,10 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         """Train until a stopping rule fires; returns how it ended."""
-        self.updater.rehearse(self.batches.peek(), packed=bool(self.batches.pack_length))
+        self.updater.rehearse(
+            self.batches.peek(), bool(self.batches.pack_length), self.state.precision
+        )
+        self._measured_precision()
         if self.main:  # the run's first lines, once it is sure to run
             say(f"precision: {self.updater.precision_why}")
             if self.updater.compiled:
@@ -155,6 +158,20 @@ class Trainer:
             "signal": stop.stopping and stop.stopping.name,  # exit 128 + it on every rank
             "best_bleu": self.state.best_bleu,
         }
+
+    def _measured_precision(self) -> None:
+        """What train.precision auto measured on a CPU: rank 0's choice on every rank, kept
+        in the state (a resume computes alike), recorded in metrics.jsonl."""
+        updater = self.updater
+        if not updater.rates:
+            return
+        bf16 = self.ranks.broadcast([float(updater.precision == "bf16")])[0]
+        updater.autocast = torch.bfloat16 if bf16 else None
+        self.state.precision = updater.precision
+        if self.main:
+            rates = {f"{k}_tokens_per_s": v for k, v in updater.rates.items()}
+            record = {"kind": "precision", "step": self.state.step, "precision": updater.precision}
+            metrics.append(self.run_dir, {**record, **rates})
 
     def _loop(self, stop: StopSignal) -> str:
         """Update, log, validate, agree whether to stop, save; until a stopping rule fires."""
@@ -255,14 +272,16 @@ class Trainer:
         if not len(self.data.splits["valid"]):
             self.patience_out = False
             return
-        bleu, nll = self.ranks.broadcast(self._validation_bleu() if self.main else [0.0, 0.0])
-        self.checks.validated(state.step, nll, bleu, warmup_updates(self.config, state.horizon.at))
+        mine = self._validation_bleu() if self.main else [0.0] * 3
+        bleu, nll, shuffled = self.ranks.broadcast(mine)
+        warmup = warmup_updates(self.config, state.horizon.at)
+        self.checks.validated(state.step, nll, shuffled, bleu, warmup)
         if state.validated(bleu):  # the best so far
             self.checkpoints.best(self._save())  # on every rank: a save gathers generators
         self.patience_out = state.out_of_patience(t.patience)
 
     def _validation_bleu(self) -> list[float]:
-        """Validate, log and say how it went (rank 0): BLEU and NLL."""
+        """Validate, log and say how it went (rank 0): BLEU, NLL, NLL with shuffled sources."""
         state = self.state
         record, examples = validation_record(self.model, self.data, self.config, self.device)
         where = {"step": state.step, "epoch": state.position.epoch}
@@ -274,7 +293,7 @@ class Trainer:
         )
         if examples:
             say("\n".join(examples))
-        return [bleu, record["nll"]]
+        return [bleu, record["nll"], record["nll_shuffled"]]
 
     # ------------------------------------------------------------------ checkpoints
 

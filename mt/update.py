@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -18,8 +19,10 @@ from .metrics import say
 from .model import flex_refusal
 from .packing import PackedBatch, each
 from .ranks import Ranks
-from .rehearsal import compiles, on_every_rank, rehearse
+from .rehearsal import compiles, measure_precision, on_every_rank, rehearse
 from .tokenizer import PAD
+
+BY_NAME = {"fp32": None, "bf16": torch.bfloat16}  # what train.precision auto measures on a CPU
 
 
 @dataclass
@@ -72,33 +75,44 @@ class Updater:
         self.net = model
         self.step_forward = self.forward  # compiled by `rehearse` where that pays
         self.rehearsal_s, self.compiled = 0.0, False
+        self.rates: dict[str, float] = {}  # what train.precision auto measured, per precision
 
     def wrap(self) -> None:
         """Wrap the model once its weights are final (loaded, or as initialised)."""
         self.net = self.ranks.wrap(self.model)
 
+    @property
+    def precision(self) -> str:
+        return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.autocast]
+
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss and NLL sums of a batch on the device, in the run's precision: what
         `rehearse` compiles, model and loss in one graph."""
+        return self.forward_in(self.autocast, batch)
+
+    def forward_in(self, dtype: torch.dtype | None, batch: Batch) -> tuple[torch.Tensor, ...]:
         packed = batch if isinstance(batch, PackedBatch) else None
-        with autocast(self.device, self.autocast):
+        with autocast(self.device, dtype):
             logits = self.net(batch[0], batch[1], packed)
             return smoothed_loss(logits, batch[2], self.t.label_smoothing)
 
-    def rehearse(self, batch: Batch, packed: bool) -> None:
-        """Before the first update, on its first batch: compile where that pays
-        (`rehearsal.compiles`) and, on a GPU, refuse a batch too big for it
+    def rehearse(self, batch: Batch, packed: bool, measured: str = "") -> None:
+        """Before the first update, on its first batch: on a CPU, measure train.precision
+        auto (`measured`: what an earlier session of the run chose, kept); compile where that
+        pays (`rehearsal.compiles`) and, on a GPU, refuse a batch too big for it
         (`rehearsal.rehearse`)."""
+        self.model.train()
+        batch = each(lambda x: x.to(self.device), batch)
+        if self.t.precision == "auto" and self.device.type == "cpu":
+            self._measure_precision(batch, measured)
         compile = compiles(self.t.compile, self.device.type, packed)
         if not compile and self.device.type != "cuda":
             return
         why = flex_refusal(self.model.cfg, self.device.type, training=True)
         if compile and packed and why and self.ranks.main:
             say(f"packed rows attend by SDPA with dense masks, not FlexAttention: {why}")
-        self.model.train()
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         moments = 0 if self.optimizer.state else 2 * weights  # AdamW's, at its first step
-        batch = each(lambda x: x.to(self.device), batch)
         done = on_every_rank(
             lambda: rehearse(
                 self.forward, batch, self.model, compile, self.t.max_tokens, say, moments
@@ -107,6 +121,16 @@ class Updater:
         )
         self.step_forward, self.rehearsal_s = done.forward, done.seconds
         self.compiled = done.compiled
+
+    def _measure_precision(self, batch: Batch, measured: str) -> None:
+        if measured:  # a resumed run computes as it did
+            self.autocast = torch.bfloat16 if measured == "bf16" else None
+            self.precision_why = f"auto: {measured}, as measured when the run started"
+            return
+        forwards = {name: partial(self.forward_in, dtype) for name, dtype in BY_NAME.items()}
+        tokens = int((batch[2] != PAD).sum())
+        done = measure_precision(forwards, batch, self.model, tokens)
+        self.autocast, self.precision_why, self.rates = done.dtype, done.why, done.rates
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict()}

@@ -1,4 +1,5 @@
-"""Validation during training: the loss over the whole valid split and the greedy BLEU of a
+"""Validation during training: the loss over the whole valid split, the same with the sources
+shuffled among the sentences (how much the model uses its source), and the greedy BLEU of a
 fixed subset of it, as one metrics record, with a few examples for the person watching."""
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def validation_record(
     t, valid = config.train, data.splits["valid"]
     model.eval()
     loss, nll, _ = validation_loss(model, valid, t.max_tokens, t.label_smoothing, device)
+    shuffled = shuffled_sources(valid, config.run.seed)
+    nll_shuffled = validation_loss(model, shuffled, t.max_tokens, t.label_smoothing, device)[1]
     subset = validation_subset(len(valid), t.eval_sentences, config.run.seed)
     sources = [valid.src_text[i] for i in subset]
     references = [valid.tgt_text[i] for i in subset]
@@ -39,6 +42,7 @@ def validation_record(
     record = {
         "loss": loss,
         "nll": nll,
+        "nll_shuffled": nll_shuffled,  # each target given another sentence's source
         "ppl": math.exp(min(nll, 50)),
         "bleu": score(hypotheses, references)["bleu"],
         "sentences": len(subset),
@@ -68,6 +72,17 @@ def validation_loss(
         loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
         tokens += int((tgt_out != PAD).sum())
     return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), tokens
+
+
+def shuffled_sources(split: Split, seed: int) -> Split:
+    """`split` with each target given another sentence's source (a fixed derangement): a
+    model that uses its source predicts the targets worse from them, one that ignores it as
+    well (mt/health.py's collapse check)."""
+    order = np.random.default_rng(seed).permutation(len(split))
+    src = list(split.src)
+    for a, b in zip(order, np.roll(order, 1), strict=True):
+        src[a] = split.src[b]
+    return Split(src, split.tgt)
 
 
 def validation_subset(size: int, wanted: int, seed: int) -> list[int]:

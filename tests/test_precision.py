@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import functools
 
+import mt.warmup
 import pytest
 import torch
+from mt.warmup import measure_precision
 from test_model import trained_model
+from test_packing import batches, corpus, tensors, tiny_model
 from test_train import metric_lines, tiny_config, weights
 
 import mt.device
 from mt import checkpoint
 from mt.config import DecodeConfig
 from mt.device import precision_for
+from mt.loss import smoothed_loss
 from mt.schedule import learning_rate
 from mt.train import train
 from mt.translate import translate_ids
@@ -54,6 +58,61 @@ def test_amx_bf16_is_detected_from_torch_and_cpu_flags(monkeypatch, amx_usable, 
     monkeypatch.setattr(torch._C._cpu, "_init_amx", lambda: amx_usable, raising=False)
     monkeypatch.setattr(mt.device, "cpu_flags", lambda: flags)
     assert mt.device.cpu_amx_bf16() is expected
+
+
+@pytest.mark.parametrize(
+    "fp32_s, bf16_s, chosen, said",
+    [
+        (1.5, 1.0, torch.bfloat16, "auto: bf16, 800 vs 533 target tokens/s in fp32"),
+        (1.0, 0.95, None, "auto: fp32, 800 vs 842 target tokens/s in bf16, not 1.1x"),
+        (1.0, 2.0, None, "auto: fp32, 800 vs 400 target tokens/s in bf16, not 1.1x"),
+    ],
+)
+def test_auto_precision_on_a_cpu_is_measured_by_the_clock(fp32_s, bf16_s, chosen, said):
+    # each pass moves a mocked clock by its seconds, the first (untimed) ones by 100
+    model, batch = tiny_model(dropout=0.3), tensors(batches(corpus())[0])
+    now, passes = [0.0], []
+
+    def forward_in(dtype, seconds):
+        def forward(b):
+            now[0] += 100.0 if len(passes) < 2 else seconds
+            passes.append(dtype)
+            with mt.device.autocast(CPU, dtype):
+                return smoothed_loss(model(b.src, b.tgt_in, b), b.tgt_out, 0.1)
+
+        return forward
+
+    forwards = {"fp32": forward_in(None, fp32_s), "bf16": forward_in(torch.bfloat16, bf16_s)}
+    before = torch.get_rng_state()
+    done = measure_precision(forwards, batch, model, tokens=800, clock=lambda: now[0])
+    assert done.dtype == chosen and done.why == said and "\n" not in done.why
+    assert done.rates == pytest.approx({"fp32": 800 / fp32_s, "bf16": 800 / bf16_s})
+    assert passes == [None, torch.bfloat16] * 4  # interleaved, an untimed pass each first
+    assert all(p.grad is None for p in model.parameters())  # no trace of the passes
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("faster, chosen", [(0.0, "bf16"), (1e9, "fp32")])
+def test_a_run_records_what_auto_measured_and_a_resume_keeps_it(
+    corpus_file, tmp_path, capsys, monkeypatch, faster, chosen
+):
+    monkeypatch.setattr(mt.warmup, "FASTER", faster)  # bf16 wins whatever / never
+    run = tmp_path / "run"
+    common = ("train.precision=auto", "train.save_every=3", "train.eval_every=100")
+    train(tiny_config(corpus_file, run, "train.max_steps=3", *common))
+    said = capsys.readouterr().err
+    assert f"precision: auto: {chosen}, " in said and " target tokens/s in " in said
+    (record,) = [m for m in metric_lines(run) if m["kind"] == "precision"]
+    assert record["precision"] == chosen and record["step"] == 0
+    assert record["fp32_tokens_per_s"] > 0 and record["bf16_tokens_per_s"] > 0
+    monkeypatch.setattr(mt.warmup, "FASTER", 1e9 - faster)  # the other way now: not asked
+    train(tiny_config(corpus_file, run, "train.max_steps=5", *common))
+    assert f"precision: auto: {chosen}, as measured when the run started" in (
+        capsys.readouterr().err
+    )
+    assert len([m for m in metric_lines(run) if m["kind"] == "precision"]) == 1
+    state = checkpoint.load_trainer_state((run / "checkpoints" / "last").resolve())
+    assert state["state"]["precision"] == chosen
 
 
 def train_losses(corpus, run, precision: str, steps: int = 20) -> list[float]:

@@ -1,0 +1,121 @@
+"""The health checks on a grid of small runs on the Tatoeba files: healthy ones (sizes, depths,
+learning rates, warm-ups, pre- and post-norm) must run to their end (exit 0), deep post-norm
+ones warmed up too briefly for their rate must stop with exit 3 before a third of their
+updates. Each run is `mt train --config tiny.yaml` with its settings, checks on; prints a
+Markdown table (the one in docs/benchmarks.md, "Health checks") and one JSON line per run.
+
+    python scripts/health_grid.py --data ../shared/data [--steps 300] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+# name, expected exit status, settings on top of tiny.yaml (d_model 32, 2+2 layers, d_ff 64,
+# post-norm, inverse_sqrt to lr 3e-3 after 10 updates)
+GRID = [
+    ("tiny", 0, []),
+    ("tiny pre-norm", 0, ["model.norm_first=true"]),
+    ("d32 1+1 lr 1e-2", 0, ["model.encoder_layers=1", "model.decoder_layers=1", "train.lr=0.01"]),
+    ("d64 2+2 lr 1e-3 wu 50", 0, ["model.d_model=64", "model.d_ff=128", "train.lr=0.001",
+                                  "train.warmup_steps=50"]),
+    ("d64 4+4 pre lr 3e-3", 0, ["model.d_model=64", "model.d_ff=128", "model.encoder_layers=4",
+                                "model.decoder_layers=4", "model.norm_first=true"]),
+    ("d64 4+4 post lr 1e-3 wu 100", 0, ["model.d_model=64", "model.d_ff=128",
+                                        "model.encoder_layers=4", "model.decoder_layers=4",
+                                        "train.lr=0.001", "train.warmup_steps=100"]),
+    ("d128 3+3 post lr 1e-3 wu 50", 0, ["model.d_model=128", "model.d_ff=256",
+                                        "model.encoder_layers=3", "model.decoder_layers=3",
+                                        "train.lr=0.001", "train.warmup_steps=50"]),
+    ("d128 3+3 pre lr 5e-3 wu 50", 0, ["model.d_model=128", "model.d_ff=256",
+                                       "model.encoder_layers=3", "model.decoder_layers=3",
+                                       "model.norm_first=true", "train.lr=0.005",
+                                       "train.warmup_steps=50"]),
+    ("d128 2+2 post lr 5e-4", 0, ["model.d_model=128", "model.d_ff=256", "train.lr=0.0005"]),
+    ("d64 6+6 pre lr 5e-3", 0, ["model.d_model=64", "model.d_ff=128", "model.encoder_layers=6",
+                                "model.decoder_layers=6", "model.norm_first=true",
+                                "train.lr=0.005"]),
+    ("d64 6+6 post lr 5e-3 wu 100", 0, ["model.d_model=64", "model.d_ff=128",
+                                        "model.encoder_layers=6", "model.decoder_layers=6",
+                                        "train.lr=0.005", "train.warmup_steps=100"]),
+    ("d64 2+2 pre cosine wu 10%", 0, ["model.d_model=64", "model.d_ff=128",
+                                      "model.norm_first=true", "train.schedule=cosine",
+                                      "train.warmup_fraction=0.1"]),
+    ("d32 2+2 lr 3e-3 wu 150", 0, ["train.warmup_steps=150"]),
+    ("d64 6+6 post lr 5e-3 wu 10", 3, ["model.d_model=64", "model.d_ff=128",
+                                       "model.encoder_layers=6", "model.decoder_layers=6",
+                                       "train.lr=0.005"]),
+    ("d64 8+8 post lr 1e-2 wu 5", 3, ["model.d_model=64", "model.d_ff=128",
+                                      "model.encoder_layers=8", "model.decoder_layers=8",
+                                      "train.lr=0.01", "train.warmup_steps=5"]),
+    ("d128 6+6 post lr 5e-3 wu 10", 3, ["model.d_model=128", "model.d_ff=256",
+                                        "model.encoder_layers=6", "model.decoder_layers=6",
+                                        "train.lr=0.005"]),
+]  # fmt: skip
+
+
+def run(name: str, expected: int, settings: list[str], data: Path, steps: int, root: Path):
+    folder = root / name.replace(" ", "_")
+    common = [
+        f"data.files.train={data / 'tatoeba_en_es.train.jsonl.gz'}",
+        f"data.files.valid={data / 'tatoeba_en_es.valid.jsonl.gz'}",
+        f"run.dir={folder}", f"train.max_steps={steps}", "train.eval_every=25",
+        "train.eval_sentences=100", "train.eval_examples=0", "train.save_every=1000",
+    ]  # fmt: skip
+    args = [sys.executable, "-m", "mt", "train", "--config", "tiny.yaml", "--restart"]
+    for item in [*common, *settings]:
+        args += ["--set", item]
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(args, capture_output=True, text=True, env=env, check=False)
+    records = [json.loads(line) for line in (folder / "metrics.jsonl").open()]
+    valid = [r for r in records if r["kind"] == "valid"]
+    health = [r for r in records if r["kind"] == "health"]
+    last = valid[-1] if valid else {}
+    return {
+        "name": name,
+        "expected": expected,
+        "exit": done.returncode,
+        "step": max((r["step"] for r in records if "step" in r), default=0),
+        "check": health[0]["check"] if health else "",
+        "nll": last.get("nll"),
+        "gap": last["nll_shuffled"] - last["nll"] if last else None,
+        "bleu": last.get("bleu"),
+        "error": done.stderr.strip().splitlines()[-1] if done.returncode else "",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", default="", help="run the configurations whose name has this")
+    args = parser.parse_args()
+    grid = [g for g in GRID if args.only in g[0]]
+    with tempfile.TemporaryDirectory() as root, ThreadPoolExecutor(args.jobs) as pool:
+        jobs = [pool.submit(run, *g, args.data.resolve(), args.steps, Path(root)) for g in grid]
+        results = [job.result() for job in jobs]
+    print("| run | expected | exit | stopped at | check | valid NLL | source gap | BLEU |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        gap = f"{r['gap']:.4f}" if r["gap"] is not None else "-"
+        nll = f"{r['nll']:.3f}" if r["nll"] is not None else "-"
+        bleu = f"{r['bleu']:.2f}" if r["bleu"] is not None else "-"
+        print(
+            f"| {r['name']} | {r['expected']} | {r['exit']} | {r['step']} | {r['check'] or '-'} "
+            f"| {nll} | {gap} | {bleu} |"
+        )
+    for r in results:
+        print(json.dumps(r))
+    sys.exit(int(any(r["exit"] != r["expected"] for r in results)))
+
+
+if __name__ == "__main__":
+    main()
