@@ -34,6 +34,7 @@ def timed(command: list[str], cwd: Path | None = None) -> tuple[float, list[str]
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"failed ({done.returncode}): {shlex.join(command)}")
+    print(f"{seconds:.1f} s: {shlex.join(command)}", file=sys.stderr, flush=True)
     return seconds, done.stdout.splitlines()
 
 
