@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .engine import Translator
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
+def bleu_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
     """Corpus BLEU (13a tokenisation) and chrF on detokenised text, with signatures."""
     bleu, chrf = BLEU(), CHRF()
     b = bleu.corpus_score(list(hypotheses), [list(references)])
@@ -78,7 +78,7 @@ def evaluate(
     hypotheses = [h[0][0] for h in translator.translate_nbest(sources, progress=True)]
     seconds = time.perf_counter() - started
     result = dict(
-        score(hypotheses, references),
+        bleu_chrf(hypotheses, references),
         sentences=len(sources),
         beam=translator.config.decode.beam,
         seconds=seconds,

@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._dynamo.exc import TorchDynamoException
-from torch._inductor.exc import InductorError
 
 from .config import one_line
 from .errors import ConfigError, MtError
@@ -71,7 +69,11 @@ def rehearse(
     try:
         try:
             seconds, peak = _measure(run, batch, model, states)
-        except (TorchDynamoException, InductorError) as e:
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as e:  # the compiler, or what only compiled steps do (block masks)
+            if not compile:
+                raise
             say(f"warning: compiling the training step failed; training uncompiled: {one_line(e)}")
             run, compile = forward, False
             seconds, peak = _measure(run, batch, model, states)

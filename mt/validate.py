@@ -25,7 +25,7 @@ def validation_record(
 ) -> tuple[dict[str, Any], list[str]]:
     """The record of a validation (loss, nll, ppl, bleu, sentences) and up to
     `train.eval_examples` examples (source, reference, hypothesis) to show."""
-    from .evaluate import score
+    from .evaluate import bleu_chrf
     from .translate import translate
 
     t, valid = config.train, data.splits["valid"]
@@ -44,7 +44,7 @@ def validation_record(
         "nll": nll,
         "nll_shuffled": nll_shuffled,  # each target given another sentence's source
         "ppl": math.exp(min(nll, 50)),
-        "bleu": score(hypotheses, references)["bleu"],
+        "bleu": bleu_chrf(hypotheses, references)["bleu"],
         "sentences": len(subset),
     }
     examples = [

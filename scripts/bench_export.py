@@ -33,7 +33,7 @@ def worker(
 
     from mt.corpus import read_pairs_jsonl
     from mt.engine import open_translator
-    from mt.evaluate import score
+    from mt.evaluate import bleu_chrf
 
     torch.set_num_threads(threads)
     found = read_pairs_jsonl(pairs, "en", "es")[: sentences or None]
@@ -50,7 +50,7 @@ def worker(
     status = Path("/proc/self/status").read_text().split("VmHWM:")[1].split()
     result = {
         "sentences_per_s": len(sources) / seconds,
-        "bleu": score(hypotheses, references)["bleu"],
+        "bleu": bleu_chrf(hypotheses, references)["bleu"],
         "peak_mib": int(status[0]) / 1024,
     }
     Path(out).write_text(json.dumps(hypotheses), encoding="utf-8")

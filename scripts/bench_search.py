@@ -110,7 +110,7 @@ def measure(path: Path, spec: dict) -> dict:
 
 
 def rows(name: str, spec: dict, found: dict[str, list[dict]], references: list[str]) -> list:
-    from mt.evaluate import score
+    from mt.evaluate import bleu_chrf
 
     out = []
     ours = found["ours"]
@@ -127,7 +127,7 @@ def rows(name: str, spec: dict, found: dict[str, list[dict]], references: list[s
             "load_s": statistics.median(r["load_s"] for r in ours),
             "sentences_per_s": sentences / seconds,
             "target_tokens_per_s": run["target_tokens"] / seconds,
-            "bleu": score(run["texts"], references[:sentences])["bleu"],
+            "bleu": bleu_chrf(run["texts"], references[:sentences])["bleu"],
         }
         fp32 = ours[0]["runs"][[b for b, _ in spec["searches"]].index(beam)]
         row["same_as_fp32"] = statistics.mean(a == b for a, b in zip(run["tokens"], fp32["tokens"]))

@@ -57,3 +57,29 @@ def test_one_process_raises_its_own_rehearsal_failure_as_it_is():
         on_every_rank(too_big, world=1)
     done = Rehearsal(forward=print, compiled=False, seconds=0.0, peak_bytes=0)
     assert on_every_rank(lambda: done, world=1) is done
+
+
+def test_a_block_mask_that_fails_leaves_a_warning_and_dense_masks(monkeypatch):
+    """FlexAttention's block masks, where they cannot be made (injected here: FlexAttention
+    allowed on the CPU, and create_block_mask raising), cost the run its compiled step, not
+    the run: it trains uncompiled, by dense masks, and says so in one line."""
+    import mt.model
+
+    model = tiny_model()
+    batch = tensors(batches(corpus())[0])
+
+    def forward(b):
+        return smoothed_loss(model(b.src, b.tgt_in, b), b.tgt_out, 0.1)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected: no block mask")
+
+    monkeypatch.setattr(mt.model, "flex_refusal", lambda *args, **kwargs: "")
+    monkeypatch.setattr(mt.model, "create_block_mask", broken)
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend="eager"))
+    said = []
+    rehearsal = rehearse(forward, batch, model, True, 48, said.append)
+    assert rehearsal.forward is forward and not rehearsal.compiled
+    assert len(said) == 1 and "injected: no block mask" in said[0] and "\n" not in said[0]
+    assert all(p.grad is None for p in model.parameters())
