@@ -230,24 +230,31 @@ def token_batches(
 
 def collate(split: Split, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Padded arrays for a batch: src + EOS, BOS + tgt (decoder input), tgt + EOS (labels)."""
-    src = [split.src[i] for i in index]
-    tgt = [split.tgt[i] for i in index]
-    return pad_batch(src, suffix=EOS), pad_batch(tgt, prefix=BOS), pad_batch(tgt, suffix=EOS)
+    src, tgt = split.src.take(index), split.tgt.take(index)
+    return padded(*src, suffix=EOS), padded(*tgt, prefix=BOS), padded(*tgt, suffix=EOS)
 
 
 def pad_batch(
     seqs: Sequence[Sequence[int]], prefix: int | None = None, suffix: int | None = None
 ) -> np.ndarray:
     """Sequences as the rows of a PAD-filled (B, longest + extras) int64 array, each with an
-    optional token before (BOS) and after (EOS): one scatter, no loop over the rows."""
+    optional token before (BOS) and after (EOS)."""
     lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))  # (B,)
+    return padded(np.concatenate(seqs), lengths, prefix, suffix)
+
+
+def padded(
+    ids: np.ndarray, lengths: np.ndarray, prefix: int | None = None, suffix: int | None = None
+) -> np.ndarray:
+    """`pad_batch` of sentences given as their ids concatenated and their lengths: one
+    scatter, no loop over the rows."""
     start = int(prefix is not None)
-    out = np.full((len(seqs), int(lengths.max()) + start + (suffix is not None)), PAD, np.int64)
+    out = np.full((len(lengths), int(lengths.max()) + start + (suffix is not None)), PAD, np.int64)
     columns = np.arange(out.shape[1])
     # row-major order of the mask matches the order of the concatenated tokens
-    out[(columns >= start) & (columns < start + lengths[:, None])] = np.concatenate(seqs)
+    out[(columns >= start) & (columns < start + lengths[:, None])] = ids
     if prefix is not None:
         out[:, 0] = prefix
     if suffix is not None:
-        out[np.arange(len(seqs)), start + lengths] = suffix
+        out[np.arange(len(lengths)), start + lengths] = suffix
     return out

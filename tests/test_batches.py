@@ -8,8 +8,9 @@ import numpy as np
 import torch
 
 from mt import batches
-from mt.batches import Batches, Position
+from mt.batches import Batches, Position, collate, pad_batch
 from mt.store import Split, SplitWriter, open_split
+from mt.tokenizer import BOS, EOS
 
 
 def split(n: int = 300, seed: int = 0) -> Split:
@@ -112,3 +113,21 @@ def test_prefetch_yields_the_batches_of_no_prefetch_and_follows_a_moved_position
     ahead.position.batch = plain.position.batch = 0  # what was made ahead is not used
     assert same(take(ahead, 2), take(plain, 2))
     ahead.close()
+
+
+def test_collate_gathers_from_flat_arrays_what_padding_each_sentence_gives():
+    """collate takes a batch's sentences from the store's flat arrays in one indexing; the
+    arrays equal those of padding each sentence alone, in the batch's order."""
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 100, rng.integers(1, 9)) for _ in range(50)]
+    tgt = [rng.integers(4, 100, rng.integers(1, 9)) for _ in range(50)]
+    split = Split(src, tgt)
+    for _ in range(20):
+        index = rng.permutation(50)[: rng.integers(1, 20)]
+        wanted = (
+            pad_batch([src[i] for i in index], suffix=EOS),
+            pad_batch([tgt[i] for i in index], prefix=BOS),
+            pad_batch([tgt[i] for i in index], suffix=EOS),
+        )
+        for got, want in zip(collate(split, index), wanted):
+            np.testing.assert_array_equal(got, want)
