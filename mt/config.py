@@ -164,12 +164,12 @@ class TrainConfig:
     # stop a run that diverged or collapsed with a one-line diagnosis, exit status 3
     # (mt/health.py says what each check looks for); a run so stopped resumes only with a
     # health setting changed. Collapsed: the model ignores its source (the validation NLL
-    # with the sources shuffled among the sentences within 0.002 nats of the true one, BLEU
+    # with the sources shuffled among the sentences within 2e-5 nats of the true one, BLEU
     # below 1) in every validation of the last half of the updates so far (50 at least,
-    # after the warm-up), and its training NLL fell less than 5% over them. Measured on the
+    # after the warm-up), and its training NLL fell less than 1% over them. Measured on the
     # Tatoeba files (docs/benchmarks.md, "Health checks"): collapsed post-norm runs had a gap
-    # of 2e-6 nats; healthy ones 0.001 to 0.01 in their first 100 updates, while their loss
-    # fell fast, and 0.04 or more once it slowed; 13 healthy runs were not stopped
+    # of 6e-7 to 4e-6 nats and a flat loss (within 0.5%); healthy ones 1e-4 at the least
+    # (a deep pre-norm model 3e-4 for its first 150 updates, while its loss fell 2-8%)
     health_checks: bool = resumable(True)
     # validations at least, in that window, that show the model ignoring its source
     health_patience: int = resumable(3)

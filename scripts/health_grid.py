@@ -4,7 +4,9 @@ ones warmed up too briefly for their rate must stop with exit 3 before a third o
 updates. Each run is `mt train --config tiny.yaml` with its settings, checks on; prints a
 Markdown table (the one in docs/benchmarks.md, "Health checks") and one JSON line per run.
 
-    python scripts/health_grid.py --data ../shared/data [--steps 300] [--jobs 2]
+    python scripts/health_grid.py --data ../shared/data [--steps 300] [--jobs 2] [--out DIR]
+
+--out keeps each run's folder (its metrics.jsonl is the history the checks judged).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def run(name: str, expected: int, settings: list[str], data: Path, steps: int, r
         "check": health[0]["check"] if health else "",
         "nll": last.get("nll"),
         "gap": last["nll_shuffled"] - last["nll"] if last else None,
+        "least_gap": min((abs(r["nll_shuffled"] - r["nll"]) for r in valid), default=None),
         "bleu": last.get("bleu"),
         "error": done.stderr.strip().splitlines()[-1] if done.returncode else "",
     }
@@ -97,15 +100,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", default="", help="run the configurations whose name has this")
+    parser.add_argument("--out", type=Path, help="keep the runs' folders here")
     args = parser.parse_args()
     grid = [g for g in GRID if args.only in g[0]]
-    with tempfile.TemporaryDirectory() as root, ThreadPoolExecutor(args.jobs) as pool:
-        jobs = [pool.submit(run, *g, args.data.resolve(), args.steps, Path(root)) for g in grid]
+    with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(args.jobs) as pool:
+        root = args.out.resolve() if args.out else Path(scratch)
+        jobs = [pool.submit(run, *g, args.data.resolve(), args.steps, root) for g in grid]
         results = [job.result() for job in jobs]
-    print("| run | expected | exit | stopped at | check | valid NLL | source gap | BLEU |")
+    gap = "source gap: least size, last"
+    print(f"| run | expected | exit | stopped at | check | valid NLL | {gap} | BLEU |")
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
-        gap = f"{r['gap']:.4f}" if r["gap"] is not None else "-"
+        gap = f"{r['least_gap']:.1e}, {r['gap']:.4f}" if r["gap"] is not None else "-"
         nll = f"{r['nll']:.3f}" if r["nll"] is not None else "-"
         bleu = f"{r['bleu']:.2f}" if r["bleu"] is not None else "-"
         print(

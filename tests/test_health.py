@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_train import metric_lines
 
-from mt import checkpoint
+from mt import checkpoint, health
 from mt.config import Config, load_config
 from mt.errors import ConfigError
 from mt.health import (
@@ -27,10 +27,11 @@ from mt.health import (
 UNIGRAM = 4.66  # entropy of the Tatoeba training targets' tokens, 400-token vocabulary
 
 
-def history(train: list[float], valid: list[tuple[float, float, float]], every: int = 10):
-    """(step, NLL) of logged windows and (step, NLL, shuffled NLL, BLEU) of validations, both
-    every `every` updates, from training NLLs and (NLL, source gap, BLEU)."""
-    logs = [[every * (i + 1), nll] for i, nll in enumerate(train)]
+def history(train: list[float], valid: list[tuple[float, float, float]], every=10, log_every=0):
+    """(step, NLL) of logged windows and (step, NLL, shuffled NLL, BLEU) of validations, every
+    `log_every` (else `every`) and `every` updates, from training NLLs and (NLL, source gap,
+    BLEU)."""
+    logs = [[(log_every or every) * (i + 1), nll] for i, nll in enumerate(train)]
     checks = [[every * (i + 1), nll, nll + gap, bleu] for i, (nll, gap, bleu) in enumerate(valid)]
     return logs, checks
 
@@ -54,6 +55,20 @@ LEARNED = history(
      (4.219, 0.0403, 0), (4.19, 0.046, 0), (4.196, 0.0395, 0), (4.166, 0.054, 0),
      (4.162, 0.0518, 0), (4.138, 0.048, 0), (4.143, 0.0458, 0), (4.127, 0.057, 0),
      (4.138, 0.0526, 0), (4.118, 0.064, 0)],
+)  # fmt: skip
+# 6+6 layers at d_model 64, lr 5e-3 after 10 warm-up updates, pre-norm: learns, but uses its
+# source late (a gap of 3e-4 to 5e-4 nats for 100 updates, then 0.001 at 125, 0.03 at 300);
+# logged every 5 updates, validated every 25
+READS_LATE = history(
+    [6.18, 5.35, 4.88, 4.74, 4.68, 4.59, 4.54, 4.42, 4.4, 4.34, 4.41, 4.29, 4.26, 4.37, 4.34,
+     4.22, 4.32, 4.16, 4.35, 4.22, 4.14, 4.13, 4.06, 4.01, 4.06, 4.05, 3.89, 3.86, 3.95, 4.02,
+     3.91, 3.87, 3.9, 3.7, 3.69, 3.71, 3.76, 3.54, 3.75, 3.69, 3.58, 3.73, 3.64, 3.61, 3.6,
+     3.62, 3.5, 3.55, 3.71, 3.67, 3.6, 3.64, 3.71, 3.54, 3.56, 3.59, 3.56, 3.41, 3.41, 3.52],
+    [(4.581, 3e-4, 0), (4.357, 3e-4, 0), (4.264, 5e-4, 0), (4.163, 5e-4, 0.12),
+     (3.974, 0.001, 0), (3.837, 0.001, 0.21), (3.725, 0.003, 0.23), (3.635, 0.006, 0.21),
+     (3.566, 0.02, 0.22), (3.514, 0.01, 0.19), (3.455, 0.03, 0.22), (3.423, 0.03, 0.38)],
+    every=25,
+    log_every=5,
 )  # fmt: skip
 
 
@@ -99,6 +114,17 @@ def test_a_young_run_that_learns_is_never_called_collapsed():
     assert first_call(config(), *LEARNED, warmup=0) == (None, None)
 
 
+def test_a_deep_pre_norm_run_that_reads_its_source_late_is_not_called_collapsed(monkeypatch):
+    assert first_call(config(True), *READS_LATE) == (None, None)
+    # each condition alone clears it: its small gap is used all the same, its loss falls
+    monkeypatch.setattr(health, "SOURCE_GAP", 0.002)  # the rule that stopped it at 100
+    assert first_call(config(True), *READS_LATE) == (None, None)
+    monkeypatch.setattr(health, "TRAIN_PROGRESS", 0.05)
+    assert first_call(config(True), *READS_LATE)[0] == 100
+    monkeypatch.setattr(health, "SOURCE_GAP", 2e-5)
+    assert first_call(config(True), *READS_LATE) == (None, None)
+
+
 def changed(step: int, train: float | None = None, valid: tuple | None = None):
     """COLLAPSED up to `step`, with the training NLL or the validation at `step` replaced."""
     logs, checks = (
@@ -115,9 +141,10 @@ def changed(step: int, train: float | None = None, valid: tuple | None = None):
     "history, warmup",
     [
         (changed(70), 21),  # the window (updates 20 to 70) starts within the warm-up
-        (changed(70, valid=(4.729, 4.732, 0)), 10),  # it uses its source: a gap of 0.003
+        (changed(70, valid=(4.729, 4.7291, 0)), 10),  # it uses its source: a gap of 1e-4
+        (changed(70, valid=(4.729, 4.7289, 0)), 10),  # or a gap of -1e-4: by chance, worse
         (changed(70, valid=(4.729, 4.729, 1.5)), 10),  # it translates something
-        (changed(70, train=4.2), 10),  # its training NLL falls (6%)
+        (changed(70, train=4.62), 10),  # its training NLL falls (2%)
         (changed(70, valid=(4.729, math.nan, 0)), 10),  # no number: no verdict
         (changed(40), 0),  # the window (50 updates at least) would start before update 0
         (([[60, 4.75], [70, 4.76]], changed(70)[1]), 10),  # too few logged windows
