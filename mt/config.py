@@ -165,10 +165,10 @@ class TrainConfig:
     # (mt/health.py says what each check looks for); a run so stopped resumes only with a
     # health setting changed. Collapsed: the model ignores its source (the validation NLL
     # with the sources shuffled among the sentences within 2e-5 nats of the true one, BLEU
-    # below 1) in every validation of the last half of the updates so far (50 at least,
+    # below 1) in every validation of the last third of the updates so far (50 at least,
     # after the warm-up), and its training NLL fell less than 1% over them. Measured on the
     # Tatoeba files (docs/benchmarks.md, "Health checks"): collapsed post-norm runs had a gap
-    # of 6e-7 to 4e-6 nats and a flat loss (within 0.5%); healthy ones 1e-4 at the least
+    # of 1e-8 to 4e-6 nats and a flat loss (within 0.9%); healthy ones 8e-5 at the least
     # (a deep pre-norm model 3e-4 for its first 150 updates, while its loss fell 2-8%)
     health_checks: bool = resumable(True)
     # validations at least, in that window, that show the model ignoring its source

@@ -25,10 +25,10 @@ setting to change.
   rate stops using the source for good (Xiong et al. 2020, "On Layer Normalization in the
   Transformer Architecture"). Measured on the Tatoeba files (CPU; validation is in float32,
   so a model that ignores its source has a gap of rounding error), see docs/benchmarks.md
-  ("Health checks"): collapsed runs kept a gap of 6e-7 to 4e-6 nats and a training NLL
-  that moved less than 0.5% over any window; the 14 healthy runs had a gap of 1e-4 at
-  the least (deep pre-norm models use their source late: 3e-4 for 150 updates) and a
-  training NLL that fell 0.9% at the least over a window, 2.3% while their gap was small.
+  ("Health checks"): collapsed runs kept a gap of 1e-8 to 4e-6 nats and a training NLL that
+  moved less than 0.9% over a window; the 15 healthy runs had a gap of 8e-5 at the least (deep
+  pre-norm models use their source late: 3e-4 for 150 updates) and a training NLL that fell
+  0.9% at the least over a window, 2.3% while their gap was small.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ MAX_BAD_UPDATES = 5  # consecutive non-finite losses before the run is called di
 EXPLOSION = 100.0  # a window's gradient norm this many times the earlier median has exploded
 BLEU_FLOOR = 1.0  # validation BLEU below this translates nothing
 SOURCE_GAP = 2e-5  # nats: a source gap below this, the source is not used (5x the most a
-# collapsed run showed, a fifth of the least a healthy one did)
+# collapsed run showed, a quarter of the least a healthy one did)
 # the window judged: this share of the updates so far, and at least this many updates
-WINDOW_SHARE, MIN_WINDOW = 1 / 2, 50
+WINDOW_SHARE, MIN_WINDOW = 1 / 3, 50
 TRAIN_PROGRESS = 0.01  # a training NLL that fell less than this fraction is flat (the
 # mean of the first third of the window's logged NLLs against the last third's; collapsed
-# runs: within 0.5%)
+# runs: within 0.9%)
 
 
 @dataclass

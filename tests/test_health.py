@@ -38,10 +38,12 @@ def history(train: list[float], valid: list[tuple[float, float, float]], every=1
 
 # 6+6 layers at d_model 64, lr 5e-3 after 10 warm-up updates, post-norm: collapsed from ~20
 COLLAPSED = history(
-    [5.44, 4.81, 4.75, 4.78, 4.75, 4.76, 4.78, 4.74, 4.74, 4.76, 4.72, 4.75],
+    [5.44, 4.81, 4.75, 4.78, 4.75, 4.76, 4.78, 4.74, 4.74, 4.76, 4.72, 4.75, 4.75, 4.76, 4.75,
+     4.74, 4.68, 4.76],
     [(4.999, 6e-7, 0), (4.76, 4e-6, 0), (4.745, 3e-6, 0), (4.707, 2e-6, 0), (4.708, 2e-6, 0),
      (4.706, 2e-6, 0), (4.729, 2e-6, 0), (4.701, 2e-6, 0), (4.697, 3e-6, 0.12),
-     (4.69, 2e-6, 0), (4.688, 2e-6, 0), (4.678, 3e-6, 0)],
+     (4.69, 2e-6, 0), (4.688, 2e-6, 0), (4.678, 3e-6, 0), (4.692, 2e-6, 0), (4.708, 3e-6, 0),
+     (4.709, 2e-6, 0), (4.69, 3e-6, 0), (4.699, 2e-6, 0), (4.718, 3e-6, 0.12)],
 )  # fmt: skip
 # tiny.yaml (2+2 at d_model 32, lr 3e-3 after 10), the run the old check stopped at step 140
 LEARNED = history(
@@ -97,7 +99,7 @@ def test_unigram_entropy_counts_the_end_of_each_sentence():
     assert unigram_entropy([np.array([7])] * 3, 3) == pytest.approx(math.log(2))
 
 
-def test_a_collapsed_post_norm_run_is_called_once_half_its_updates_show_it():
+def test_a_collapsed_post_norm_run_is_called_once_50_updates_show_it():
     at, found = first_call(config(), *COLLAPSED)
     assert at == 70  # updates 20 to 70 flat, the source unused: before a third of 300
     assert found.check == "collapsed" and "\n" not in found.message
@@ -157,9 +159,11 @@ def test_each_condition_of_a_collapse_is_needed(history, warmup):
 
 
 def test_health_patience_is_the_least_number_of_validations_judged():
-    # 6 validations in the windows of updates 70 to 110 (50 updates), 7 in that of 120 (60)
-    assert check_validations(config(health_patience=7), *changed(110), 10, UNIGRAM) is None
-    assert check_validations(config(health_patience=7), *changed(120), 10, UNIGRAM)
+    # 6 validations in the windows up to update 170 (50 updates, 56 at 170), 7 in that of
+    # 180 (60: a third of the updates so far)
+    assert check_validations(config(health_patience=7), *changed(170), 10, UNIGRAM) is None
+    assert check_validations(config(health_patience=7), *changed(180), 10, UNIGRAM)
+    assert first_call(config(health_patience=7), *COLLAPSED)[0] == 180
 
 
 def test_vitals_keep_a_thinned_history_of_the_whole_run():
