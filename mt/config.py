@@ -168,7 +168,7 @@ class TrainConfig:
     # below 1) in every validation of the last third of the updates so far (50 at least,
     # after the warm-up), and its training NLL fell less than 1.5% over them. Measured on the
     # Tatoeba files (docs/benchmarks.md, "Health checks"): collapsed post-norm runs had a gap
-    # of 1e-8 to 4e-6 nats and a flat loss (0.9% at most); healthy ones 8e-5 at the least
+    # of 1e-8 to 7.5e-6 nats and a flat loss (0.9% at most); healthy ones 8e-5 at the least
     # (a deep pre-norm model 3e-4 for its first 150 updates, while its loss fell 2-8%)
     health_checks: bool = resumable(True)
     # validations at least, in that window, that show the model ignoring its source
