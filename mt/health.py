@@ -68,9 +68,9 @@ class Vitals:
     stopped: str = ""  # the check that stopped the run ("": none)
     patience: int = 0  # train.health_patience when it stopped
 
-    KEEP = 50  # logged gradient norms and validations remembered
-    KEEP_LOGS = 400  # training NLLs remembered, every other one dropped beyond: the window
-    # judged is a share of the whole run
+    KEEP = 50  # logged gradient norms remembered (their median is the usual one)
+    KEEP_LOGS = 400  # training NLLs and validations remembered, every other one dropped
+    # beyond: the window judged is a share of the whole run
 
     @staticmethod
     def from_dict(saved: dict) -> Vitals:
@@ -82,14 +82,16 @@ class Vitals:
         return Vitals(**saved)
 
     def logged(self, step: int, train_nll: float, grad_norm: float | None) -> None:
-        self.train_nlls.append([step, train_nll])
-        if len(self.train_nlls) > self.KEEP_LOGS:
-            self.train_nlls = self.train_nlls[-1::-2][::-1]  # the latest kept
+        self.train_nlls = self._thinned([*self.train_nlls, [step, train_nll]])
         if grad_norm is not None:
             self.grad_norms = [*self.grad_norms[1 - self.KEEP :], grad_norm]
 
     def validated(self, step: int, nll: float, shuffled: float, bleu: float) -> None:
-        self.validations = [*self.validations[1 - self.KEEP :], [step, nll, shuffled, bleu]]
+        self.validations = self._thinned([*self.validations, [step, nll, shuffled, bleu]])
+
+    @classmethod
+    def _thinned(cls, history: list[list[float]]) -> list[list[float]]:
+        return history if len(history) <= cls.KEEP_LOGS else history[-1::-2][::-1]  # the latest
 
     def resumed(self, t: TrainConfig, where: str) -> None:
         """A run a check stopped resumes only with a health setting changed."""

@@ -22,49 +22,45 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 RUNS, STOPS_EARLY, STOPS = "exit 0", "exit 3 before a third", "exit 3"
+
+
+def net(d_model=32, layers=2, lr=0.0, warmup=0, pre=False, more=()) -> list[str]:
+    """Settings of a model `d_model` wide (feed-forward twice that), `layers` deep each side,
+    trained at `lr` after `warmup` updates (0: tiny.yaml's)."""
+    return [
+        f"model.d_model={d_model}", f"model.d_ff={2 * d_model}",
+        f"model.encoder_layers={layers}", f"model.decoder_layers={layers}",
+        f"model.norm_first={str(pre).lower()}",
+        *([f"train.lr={lr}"] if lr else []),
+        *([f"train.warmup_steps={warmup}"] if warmup else []),
+        *more,
+    ]  # fmt: skip
+
+
 # name, what is expected, settings on top of tiny.yaml (d_model 32, 2+2 layers, d_ff 64,
 # post-norm, inverse_sqrt to lr 3e-3 after 10 updates)
 GRID = [
-    ("tiny", RUNS, []),
-    ("tiny pre-norm", RUNS, ["model.norm_first=true"]),
-    ("d32 1+1 lr 1e-2", RUNS, ["model.encoder_layers=1", "model.decoder_layers=1",
-        "train.lr=0.01"]),
-    ("d64 2+2 lr 1e-3 wu 50", RUNS, ["model.d_model=64", "model.d_ff=128", "train.lr=0.001",
-        "train.warmup_steps=50"]),
-    ("d64 4+4 pre lr 3e-3", RUNS, ["model.d_model=64", "model.d_ff=128", "model.encoder_layers=4",
-        "model.decoder_layers=4", "model.norm_first=true"]),
-    ("d64 4+4 post lr 1e-3 wu 100", RUNS, ["model.d_model=64", "model.d_ff=128",
-        "model.encoder_layers=4", "model.decoder_layers=4", "train.lr=0.001",
-        "train.warmup_steps=100"]),
-    ("d128 3+3 post lr 1e-3 wu 50", RUNS, ["model.d_model=128", "model.d_ff=256",
-        "model.encoder_layers=3", "model.decoder_layers=3", "train.lr=0.001",
-        "train.warmup_steps=50"]),
-    ("d128 3+3 pre lr 5e-3 wu 50", RUNS, ["model.d_model=128", "model.d_ff=256",
-        "model.encoder_layers=3", "model.decoder_layers=3", "model.norm_first=true",
-        "train.lr=0.005", "train.warmup_steps=50"]),
-    ("d128 2+2 post lr 5e-4", RUNS, ["model.d_model=128", "model.d_ff=256", "train.lr=0.0005"]),
-    ("d64 6+6 pre lr 5e-3", RUNS, ["model.d_model=64", "model.d_ff=128", "model.encoder_layers=6",
-        "model.decoder_layers=6", "model.norm_first=true", "train.lr=0.005"]),
-    ("d64 6+6 post lr 5e-3 wu 100", STOPS, ["model.d_model=64", "model.d_ff=128",
-        "model.encoder_layers=6", "model.decoder_layers=6", "train.lr=0.005",
-        "train.warmup_steps=100"]),
-    ("d64 2+2 pre cosine wu 10%", RUNS, ["model.d_model=64", "model.d_ff=128",
-        "model.norm_first=true", "train.schedule=cosine", "train.warmup_fraction=0.1"]),
-    ("d32 2+2 lr 3e-3 wu 150", RUNS, ["train.warmup_steps=150"]),
-    ("d128 4+4 pre lr 1e-3 wu 100", RUNS, ["model.d_model=128", "model.d_ff=256",
-        "model.encoder_layers=4", "model.decoder_layers=4", "model.norm_first=true",
-        "train.lr=0.001", "train.warmup_steps=100"]),
-    ("d64 6+6 post lr 1e-3 wu 200", RUNS, ["model.d_model=64", "model.d_ff=128",
-        "model.encoder_layers=6", "model.decoder_layers=6", "train.lr=0.001",
-        "train.warmup_steps=200"]),
-    ("tiny no smoothing no dropout", RUNS, ["train.label_smoothing=0", "model.dropout=0"]),
-    ("d64 6+6 post lr 5e-3 wu 10", STOPS_EARLY, ["model.d_model=64", "model.d_ff=128",
-        "model.encoder_layers=6", "model.decoder_layers=6", "train.lr=0.005"]),
-    ("d64 8+8 post lr 1e-2 wu 5", STOPS_EARLY, ["model.d_model=64", "model.d_ff=128",
-        "model.encoder_layers=8", "model.decoder_layers=8", "train.lr=0.01",
-        "train.warmup_steps=5"]),
-    ("d128 6+6 post lr 5e-3 wu 10", STOPS_EARLY, ["model.d_model=128", "model.d_ff=256",
-        "model.encoder_layers=6", "model.decoder_layers=6", "train.lr=0.005"]),
+    ("tiny", RUNS, net()),
+    ("tiny pre-norm", RUNS, net(pre=True)),
+    ("d32 1+1 lr 1e-2", RUNS, net(32, 1, lr=0.01)),
+    ("d64 2+2 lr 1e-3 wu 50", RUNS, net(64, 2, lr=0.001, warmup=50)),
+    ("d64 4+4 pre lr 3e-3", RUNS, net(64, 4, pre=True)),
+    ("d64 4+4 post lr 1e-3 wu 100", RUNS, net(64, 4, lr=0.001, warmup=100)),
+    ("d128 3+3 post lr 1e-3 wu 50", RUNS, net(128, 3, lr=0.001, warmup=50)),
+    ("d128 3+3 pre lr 5e-3 wu 50", RUNS, net(128, 3, lr=0.005, warmup=50, pre=True)),
+    ("d128 2+2 post lr 5e-4", RUNS, net(128, 2, lr=0.0005)),
+    ("d64 6+6 pre lr 5e-3", RUNS, net(64, 6, lr=0.005, pre=True)),
+    ("d64 6+6 post lr 5e-3 wu 100", STOPS, net(64, 6, lr=0.005, warmup=100)),
+    ("d64 2+2 pre cosine wu 10%", RUNS, net(64, 2, pre=True, more=(
+        "train.schedule=cosine", "train.warmup_fraction=0.1"))),
+    ("d32 2+2 lr 3e-3 wu 150", RUNS, net(warmup=150)),
+    ("d128 4+4 pre lr 1e-3 wu 100", RUNS, net(128, 4, lr=0.001, warmup=100, pre=True)),
+    ("d64 6+6 post lr 1e-3 wu 200", RUNS, net(64, 6, lr=0.001, warmup=200)),
+    ("tiny no smoothing no dropout", RUNS, net(more=("train.label_smoothing=0",
+                                                     "model.dropout=0"))),
+    ("d64 6+6 post lr 5e-3 wu 10", STOPS_EARLY, net(64, 6, lr=0.005)),
+    ("d64 8+8 post lr 1e-2 wu 5", STOPS_EARLY, net(64, 8, lr=0.01, warmup=5)),
+    ("d128 6+6 post lr 5e-3 wu 10", STOPS_EARLY, net(128, 6, lr=0.005)),
 ]  # fmt: skip
 
 

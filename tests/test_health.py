@@ -170,8 +170,10 @@ def test_vitals_keep_a_thinned_history_of_the_whole_run():
     vitals = Vitals()
     for step in range(1, 1001):
         vitals.logged(step, 5.0, None)
-    assert len(vitals.train_nlls) <= Vitals.KEEP_LOGS
-    assert vitals.train_nlls[0][0] < 10 and vitals.train_nlls[-1][0] == 1000  # the whole run
+        vitals.validated(step, 4.7, 4.7, 0.0)
+    for history in vitals.train_nlls, vitals.validations:
+        assert len(history) <= Vitals.KEEP_LOGS
+        assert history[0][0] < 10 and history[-1][0] == 1000  # the whole run
     # a state saved before the source gap was measured: its validations cannot be judged
     old = Vitals.from_dict({"train_nll": 5.0, "validations": [[10, 5.0, 5.1, 0.0]]})
     assert old.validations == [] and old.train_nlls == []
