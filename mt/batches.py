@@ -183,6 +183,8 @@ class Batches:
         if found is None:
             raise IndexError(f"epoch {epoch} has no batch {index}")
         plan, batch = found
+        self._locate(epoch, index + 1)  # plans the next maxi-batch here, in the prefetch
+        # thread, when this batch is its last: not in `__next__` on the training thread
         if self.pack_length:
             arrays = collate_packed(*plan.source, batch, self.pack_length, self.rows)
         else:

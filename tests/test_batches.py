@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import torch
@@ -113,6 +114,24 @@ def test_prefetch_yields_the_batches_of_no_prefetch_and_follows_a_moved_position
     ahead.position.batch = plain.position.batch = 0  # what was made ahead is not used
     assert same(take(ahead, 2), take(plain, 2))
     ahead.close()
+
+
+def test_the_next_maxi_batch_is_planned_in_the_prefetch_thread(monkeypatch):
+    # planning a maxi-batch takes 30-100 ms at 65,536 sentences: the training thread waits
+    # for it if it plans there
+    monkeypatch.setattr(batches, "MAXI", 64)
+    monkeypatch.setattr(batches, "BLOCK", 16)
+    planned_in, plan = [], batches.token_batches
+    monkeypatch.setattr(
+        batches,
+        "token_batches",
+        lambda *a: planned_in.append(threading.current_thread().name) or plan(*a),
+    )
+    ahead = Batches(split(), 200, 7, Position())
+    take(ahead, 40)  # past 4 maxi-batches of 64 sentences
+    ahead.close()
+    assert len(planned_in) >= 5
+    assert all(name.startswith("batches") for name in planned_in[1:])  # all but the first
 
 
 def test_collate_gathers_from_flat_arrays_what_padding_each_sentence_gives():
