@@ -424,8 +424,7 @@ def _check_corpora(config: Config, check_files: bool, fail: Fail) -> None:
     """How the corpus is read and prepared: workers, the sample, the corpora of data.files."""
     if not 0 <= config.data.workers <= 256:
         fail("data.workers", f"must be in [0, 256] (0: one per core), got {config.data.workers}")
-    if config.tokenizer.sample < 1:
-        fail("tokenizer.sample", f"must be positive, got {config.tokenizer.sample}")
+    _positive(fail, "tokenizer.", config.tokenizer, "sample")
     if config.data.source == "files":
         if not config.data.files.train:
             fail("data.files.train", "required when data.source is files")

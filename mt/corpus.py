@@ -103,9 +103,14 @@ def _aligned(src: str, tgt: str, key: str) -> Iterator[Chunk]:
             line += len(xs)
 
 
+def _open_bytes(path: str | Path) -> IO[bytes]:
+    """A file to read as bytes, gunzipped where its name ends in .gz."""
+    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+
+
 def _open(path: str, key: str) -> IO[bytes]:
     try:
-        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+        return _open_bytes(path)
     except OSError as e:
         raise ConfigError(f"{key}: {path}: cannot read: {e.strerror}") from None
 
@@ -220,7 +225,7 @@ def _rows(dataset: Any, cfg: DataConfig, origin: str, file: str = "") -> Iterato
             yield chunk
     except UnicodeDecodeError:
         if file:
-            with gzip.open(file, "rb") if file.endswith(".gz") else open(file, "rb") as f:
+            with _open_bytes(file) as f:
                 decode_text(f.read(), origin)
         raise ConfigError(f"{origin}: not UTF-8 text") from None
 
@@ -311,8 +316,7 @@ def read_jsonl(path: Path, name: str = "") -> Iterator[Any]:
     """The values of a JSON Lines file, optionally gzipped; a line that is not UTF-8 JSON is
     an error naming `name` (the path by default) and the line."""
     name = name or str(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
+    with _open_bytes(path) as f:
         for number, data in enumerate(f, start=1):
             line = decode_text(data, name, number)
             if line.strip():

@@ -274,11 +274,11 @@ def translate_nbest(
     if not todo:
         return out
     pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
+    vocab_size = exported.tgt_tokenizer.get_vocab_size()
+    budget = decode_batch_tokens(cfg, exported.cfg, vocab_size, exported.device)
     results = exported.translator.translate_batch(
         [[vocab[t] for t in ids[i]] for i in todo],
-        max_batch_size=decode_batch_tokens(
-            cfg, exported.cfg, exported.tgt_tokenizer.get_vocab_size(), exported.device
-        ),
+        max_batch_size=max(1, budget // cfg.beam),  # ours counts a source token a beam
         batch_type="tokens",
         beam_size=cfg.beam,
         num_hypotheses=cfg.nbest if greedy else max(cfg.nbest, cfg.beam),

@@ -77,46 +77,44 @@ class Window:
 
     SUMS = ("loss", "nll", "tokens", "padded", "cells")  # fields of an `update.Update`
 
-    def __init__(self, updates: int) -> None:
-        self.updates = updates  # train.log_every: the means are per update of a full window
+    def __init__(self) -> None:
         self.sums = dict.fromkeys(self.SUMS, 0.0)
-        self.seconds = 0.0
+        self.updates, self.seconds = 0, 0.0  # a resumed run's first window may be short
 
     def add(self, update: Any, seconds: float) -> None:
         """Sum an `update.Update` that took `seconds` into the window."""
         for key in self.SUMS:
             self.sums[key] += getattr(update, key)
+        self.updates += 1
         self.seconds += seconds
 
     @property
     def nll(self) -> float:
         """The mean training NLL of the window's updates."""
-        return self.sums["nll"] / self.updates
+        return self.sums["nll"] / max(self.updates, 1)
 
     def close(self, lr: float, world: int) -> dict[str, float]:
         """The window's fields of a "train" record (`lr`: its last update's; `world`: ranks,
         each training on as many tokens), then a new window begins."""
         sums, nll = self.sums, self.nll
         record = {
-            "loss": sums["loss"] / self.updates,
+            "loss": sums["loss"] / max(self.updates, 1),
             "nll": nll,
             "ppl": math.exp(min(nll, 50)),
             "lr": lr,
             "tokens_per_s": sums["tokens"] * world / max(self.seconds, 1e-9),
             "padding": sums["padded"] / max(sums["cells"], 1),
         }
-        self.sums, self.seconds = dict.fromkeys(self.SUMS, 0.0), 0.0
+        self.__init__()  # a new window
         return record
 
 
 class Progress:
     """What a session of a run shows and logs: its records, its log window, its bar."""
 
-    def __init__(
-        self, run_dir: Path, main: bool, budget: float, step: int, total: int, log_every: int
-    ) -> None:
+    def __init__(self, run_dir: Path, main: bool, budget: float, step: int, total: int) -> None:
         self.run_dir, self.main, self.budget = run_dir, main, budget  # budget: minutes
-        self.window = Window(log_every)
+        self.window = Window()
         self.bar = tqdm(
             total=total or None,
             initial=step,

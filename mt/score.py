@@ -69,7 +69,7 @@ def score_ids(
                 f"{limit} the model's positions hold (model.max_positions - 1); shorten it"
             )
     split = Split(list(src_ids), list(tgt_ids))
-    lengths = [np.fromiter(map(len, side), np.int64, len(split)) for side in (split.src, split.tgt)]
+    lengths = split.src.lengths(), split.tgt.lengths()
     dtype, _ = precision_for(cfg.precision, device)
     model.eval()
     logprobs = np.zeros(len(split))

@@ -487,7 +487,10 @@ class Api:
         name, lines = await read_text_file(request, self.settings, self._info())
         request.scope["mt.texts"] = len(lines)
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        found = await self.service.submit([lines[i] for i in todo], self.service.beam, 1)
+        texts, most, found = [lines[i] for i in todo], self.settings.max_texts, []
+        for start in range(0, len(texts), most):  # a request's worth at a time: the
+            # /translate requests that come meanwhile are decoded between them
+            found += await self.service.submit(texts[start : start + most], self.service.beam, 1)
         for i, hyps in zip(todo, found):
             lines[i] = hyps[0][0]
         stored = f"{uuid.uuid4()}.{name}"

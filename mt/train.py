@@ -177,9 +177,7 @@ class Trainer:
         """Update, log, validate, agree whether to stop, save; until a stopping rule fires."""
         t, state = self.config.train, self.state
         total = state.horizon.at or t.max_steps
-        self.progress = Progress(
-            self.run_dir, self.main, t.max_minutes, state.step, total, t.log_every
-        )
+        self.progress = Progress(self.run_dir, self.main, t.max_minutes, state.step, total)
         self.pace = Pace(self.clock, state)  # training time, and what each part costs
         self.checks = Checks(self.config, state.vitals, self.unigram)
         self.validated_at, self.patience_out = -1, False  # in this session

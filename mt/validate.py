@@ -16,7 +16,7 @@ from .config import Config
 from .data import Prepared
 from .loss import smoothed_loss
 from .model import Transformer, max_length
-from .store import Split
+from .store import Sentences, Split
 from .tokenizer import PAD
 
 
@@ -59,19 +59,17 @@ def validation_loss(
     model: Transformer, split: Split, max_tokens: int, epsilon: float, device: torch.device
 ) -> tuple[float, float, int]:
     """Label-smoothed loss and NLL per target token over a whole split."""
-    src_lengths = np.fromiter(map(len, split.src), np.int64)
-    tgt_lengths = np.fromiter(map(len, split.tgt), np.int64)
-    loss_sum = nll_sum = 0.0
-    tokens = 0
+    src_lengths, tgt_lengths = split.src.lengths(), split.tgt.lengths()
     limit = max_length(model.cfg)
     if max(src_lengths.max(initial=0), tgt_lengths.max(initial=0)) > limit:
         split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, NLL, tokens: read once
     for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
         src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
         loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon)
-        loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
-        tokens += int((tgt_out != PAD).sum())
-    return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), tokens
+        sums += torch.stack((loss.double(), nll.double(), (tgt_out != PAD).sum().double()))
+    loss_sum, nll_sum, tokens = sums.tolist()
+    return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), int(tokens)
 
 
 def shuffled_sources(split: Split, seed: int) -> Split:
@@ -79,10 +77,10 @@ def shuffled_sources(split: Split, seed: int) -> Split:
     model that uses its source predicts the targets worse from them, one that ignores it as
     well (mt/health.py's collapse check)."""
     order = np.random.default_rng(seed).permutation(len(split))
-    src = list(split.src)
-    for a, b in zip(order, np.roll(order, 1), strict=True):
-        src[a] = split.src[b]
-    return Split(src, split.tgt)
+    given = np.empty_like(order)
+    given[order] = np.roll(order, 1)  # sentence order[i] gets the source of order[i - 1]
+    ids, lengths = split.src.take(given)
+    return Split(Sentences(ids, np.concatenate(([0], np.cumsum(lengths)))), split.tgt)
 
 
 def validation_subset(size: int, wanted: int, seed: int) -> list[int]:

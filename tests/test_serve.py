@@ -219,6 +219,27 @@ def test_libretranslate_clients_drive_it(server, tmp_path):
     assert [x["code"] for x in lt_py.languages()] == ["en", "es"]
 
 
+def test_a_file_is_translated_a_request_of_lines_at_a_time(model):
+    with serving(loader(model), max_texts=2) as (address, service):
+        wait_ready(address)
+        sizes, submit = [], service.submit
+
+        async def recorded(texts, beam, nbest):
+            sizes.append(len(texts))
+            return await submit(texts, beam, nbest)
+
+        service.submit = recorded
+        lines = ["Hello.", "", "I love you.", "Good night.", "Thank you.", "Tom is here."]
+        got, answer, _ = call(
+            address, "/translate_file", *multipart("a.txt", "\n".join(lines).encode())
+        )
+        assert got == 200 and sizes == [2, 2, 1]  # the 5 lines that are not blank
+        with urllib.request.urlopen(answer["translatedFileUrl"]) as f:
+            translated = f.read().decode().splitlines()
+        want = [x[0][0] for x in expected(service, [t for t in lines if t], service.beam, 1)]
+        assert [t for t in translated if t] == want and translated[1] == ""
+
+
 def multipart(name: str, data: bytes, **fields: str) -> tuple[bytes, str]:
     """A multipart/form-data body with `file` and `fields`, and its content type."""
     parts = [
