@@ -69,7 +69,7 @@ def prepare(
     from .finetune import base
 
     cfg = _config(config, set_)
-    prepared = run_prepare(cfg, rebuild=rebuild, base=base(cfg))
+    prepared = run_prepare(cfg, rebuild=rebuild, base=base)
     stats = dict(prepared.stats, reused_cache=prepared.reused, run_dir=cfg.run.dir)
     if prepared.reused:
         typer.echo(

@@ -132,11 +132,16 @@ def inputs_of(config: Config) -> dict[str, Any]:
 
 
 def prepare(
-    config: Config, rebuild: bool = False, write: bool = True, base: Base | None = None
+    config: Config,
+    rebuild: bool = False,
+    write: bool = True,
+    base: Callable[[Config], Base | None] | None = None,
 ) -> Prepared:
     """Load the cached data of this config, or build and cache it; then (with `write`, which
     only one process of a run may do) describe the run folder: config.yaml and README.md.
-    Nothing is written before the data step has succeeded. `base`: a fine-tuned run's."""
+    Nothing is written before the data step has succeeded. `base` (`finetune.base`) reads a
+    fine-tuned run's starting point, only when the cache is built: a resumed run that reuses
+    it does not need train.init's checkpoint."""
     run_dir = Path(config.run.dir)
     cache = data_dir(run_dir)
     fp = fingerprint(config)
@@ -155,7 +160,11 @@ def prepare(
 
 
 def _build_cache(
-    config: Config, fp: str, cache: Path, tok_files: tuple[Path, Path], base: Base | None
+    config: Config,
+    fp: str,
+    cache: Path,
+    tok_files: tuple[Path, Path],
+    base: Callable[[Config], Base | None] | None,
 ) -> Prepared:
     """Build the store in a temporary folder that replaces `cache` when complete, then the
     tokenizer files; a failure leaves no run folder that was not there before."""
@@ -163,7 +172,7 @@ def _build_cache(
     try:
         with atomic_path(cache) as tmp:
             tmp.mkdir()
-            meta, tokenizers = _build(config, fp, tmp, base)
+            meta, tokenizers = _build(config, fp, tmp, base(config) if base else None)
             texts = [t.to_str(pretty=True) for t in tokenizers]
             meta["tokenizers"] = {p.name: _sha256(t.encode()) for p, t in zip(tok_files, texts)}
             (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

@@ -62,9 +62,9 @@ def init_file(config: Config) -> Path | None:
 def base(config: Config) -> Base | None:
     """What the data pipeline takes from train.init (None without one): its tokenizers, and
     its data config, for train.old_share."""
-    if not config.train.init:
+    file = init_file(config)  # checked, its errors named train.init
+    if file is None:
         return None
-    file = checkpoint.resolve(config.train.init)
     return Base(checkpoint.read_tokenizers(file), checkpoint.read_config(file).data)
 
 

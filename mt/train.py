@@ -111,7 +111,7 @@ class Trainer:
     def _prepare_data(self) -> None:
         """Rank 0 builds (or reuses) the data cache first; the others then read it."""
         if self.main:
-            self.data = prepare(self.config, base=finetune.base(self.config))
+            self.data = prepare(self.config, base=finetune.base)
         self.ranks.barrier()
         if not self.main:
             self.data = prepare(self.config, write=False)

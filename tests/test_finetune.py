@@ -17,6 +17,7 @@ from mt.config import load_config
 from mt.corpus import normalize
 from mt.data import prepare
 from mt.engine import open_translator
+from mt.errors import ConfigError
 from mt.finetune import FROZEN
 from mt.score import score_ids, score_pairs
 from mt.train import Trainer, train
@@ -72,9 +73,24 @@ def test_old_share_mixes_in_the_old_corpus(trained, tmp_path):
         tiny_config(new, tmp_path / "a", f"train.init={trained}"),
         tiny_config(new, tmp_path / "b", f"train.init={trained}", "train.old_share=0.5"),
     ]
-    alone, mixed = (prepare(c, base=finetune.base(c)) for c in configs)
+    alone, mixed = (prepare(c, base=finetune.base) for c in configs)
     assert len(mixed.splits["train"]) == 2 * len(alone.splits["train"])
     assert mixed.splits["valid"].src_text == alone.splits["valid"].src_text
+
+
+def test_a_prepared_fine_tuning_run_no_longer_needs_its_init_checkpoint(trained, tmp_path):
+    # a resumed run reuses its data: train.init's checkpoint may have moved meanwhile
+    weights = tmp_path / "start" / "model.safetensors"
+    weights.parent.mkdir()
+    shutil.copyfile(checkpoint.resolve(trained), weights)
+    config = tiny_config(write_jsonl(tmp_path / "new.jsonl", NEW_PAIRS), tmp_path / "run",
+                         f"train.init={weights}", "train.old_share=0.5")  # fmt: skip
+    built = prepare(config, base=finetune.base)
+    weights.unlink()
+    again = prepare(config, base=finetune.base)
+    assert again.reused and len(again.splits["train"]) == len(built.splits["train"])
+    with pytest.raises(ConfigError, match=r"^train\.init: "):  # a cache to build needs it
+        prepare(config, rebuild=True, base=finetune.base)
 
 
 @pytest.mark.parametrize(
