@@ -9,13 +9,12 @@ import torch
 
 from .errors import ConfigError
 
-# oneDNN, which multiplies bf16 matrices on a CPU (float32 goes to MKL), keeps the kernels it
-# made for every shape it has seen, in two caches of 1,024 (ideep's and oneDNN's own): padded
-# batches bring new shapes every update, and bf16 training on a CPU grew to 3x float32's
-# memory (4.2 GB against 1.45 for the 20-minute recipe). 16 bound it at no cost in speed
-# measured (docs/benchmarks.md, "bf16 memory on a CPU"). Read when torch first multiplies in
-# bf16 (ideep's: when torch loads, so mt/__init__.py sets it); the environment's own win.
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
+# the precisions a setting names: the autocast dtype of each (None: plain float32)
+DTYPES: dict[str, torch.dtype | None] = {
+    "fp32": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
 
 
 def pick_device(
@@ -75,8 +74,6 @@ SPEED_FLAGS += ("amx_bf16",)  # two lines, not one over 100 characters
 
 def cpu_description() -> str:
     """The CPU as every benchmark record states it: model name, speed flags present, cores."""
-    import os
-
     name, flags = cpu_info()
     present = " ".join(f for f in SPEED_FLAGS if f in flags) or "none of " + " ".join(SPEED_FLAGS)
     return f"{name or 'unknown CPU'} (flags: {present}), {os.cpu_count()} cores"
@@ -112,9 +109,8 @@ def precision_for(
     CUDA device's) and `amx_bf16` default to what this machine has; the choice is a pure
     function of the arguments given.
     """
-    named = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
     if name != "auto":
-        return named[name], f"{name} as configured"
+        return DTYPES[name], f"{name} as configured"
     if device.type == "cuda":
         major, minor = capability or cuda_capability(device)
         if major >= 8:
@@ -128,6 +124,11 @@ def precision_for(
             return torch.bfloat16, "auto: bf16, this CPU has AMX bf16 units"
         return None, "auto: fp32, this CPU has no AMX bf16 units"
     return None, f"auto: fp32 on {device.type}"
+
+
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """The precision setting's name of an autocast dtype (None: plain float32)."""
+    return next(name for name, named in DTYPES.items() if named == dtype)
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:

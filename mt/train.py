@@ -112,6 +112,8 @@ class Trainer:
         """Rank 0 builds (or reuses) the data cache first; the others then read it."""
         if self.main:
             self.data = prepare(self.config, base=finetune.base)
+            # what the weights are bound to, saved with each checkpoint: read once
+            self.inputs = inputs_of(self.config)
         self.ranks.barrier()
         if not self.main:
             self.data = prepare(self.config, write=False)
@@ -160,13 +162,11 @@ class Trainer:
         }
 
     def _measured_precision(self) -> None:
-        """What train.precision auto measured on a CPU: rank 0's choice on every rank, kept
+        """What train.precision auto measured on a CPU (rank 0's choice, on every rank): kept
         in the state (a resume computes alike), recorded in metrics.jsonl."""
         updater = self.updater
         if not updater.rates:
             return
-        bf16 = self.ranks.broadcast([float(updater.precision == "bf16")])[0]
-        updater.autocast = torch.bfloat16 if bf16 else None
         self.state.precision = updater.precision
         if self.main:
             rates = {f"{k}_tokens_per_s": v for k, v in updater.rates.items()}
@@ -306,7 +306,7 @@ class Trainer:
         return {
             "best_bleu": state.best_bleu,
             "epoch": state.position.epoch,
-            **inputs_of(self.config),  # what a resume checks before it rebuilds anything
+            **self.inputs,  # what a resume checks before it rebuilds anything
         }
 
 

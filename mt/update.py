@@ -13,7 +13,7 @@ import torch
 
 from .batches import Batch
 from .config import TrainConfig
-from .device import autocast, precision_for
+from .device import DTYPES, autocast, dtype_name, precision_for
 from .loss import smoothed_loss
 from .metrics import say
 from .model import flex_refusal
@@ -22,7 +22,7 @@ from .ranks import Ranks
 from .rehearsal import compiles, measure_precision, on_every_rank, rehearse
 from .tokenizer import PAD
 
-BY_NAME = {"fp32": None, "bf16": torch.bfloat16}  # what train.precision auto measures on a CPU
+MEASURED = ("fp32", "bf16")  # what train.precision auto measures on a CPU
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Updater:
 
     @property
     def precision(self) -> str:
-        return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.autocast]
+        return dtype_name(self.autocast)
 
     def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss and NLL sums of a batch on the device, in the run's precision: what
@@ -124,13 +124,17 @@ class Updater:
 
     def _measure_precision(self, batch: Batch, measured: str) -> None:
         if measured:  # a resumed run computes as it did
-            self.autocast = torch.bfloat16 if measured == "bf16" else None
+            self.autocast = DTYPES[measured]
             self.precision_why = f"auto: {measured}, as measured when the run started"
             return
-        forwards = {name: partial(self.forward_in, dtype) for name, dtype in BY_NAME.items()}
+        forwards = {name: partial(self.forward_in, DTYPES[name]) for name in MEASURED}
         tokens = int((batch[2] != PAD).sum())
         done = measure_precision(forwards, batch, self.model, tokens)
-        self.autocast, self.precision_why, self.rates = done.dtype, done.why, done.rates
+        choice = MEASURED.index(dtype_name(done.dtype))
+        # rank 0's choice on every rank, before the step is compiled and rehearsed in it
+        choice = int(self.ranks.broadcast([float(choice)])[0])
+        self.autocast, self.precision_why = DTYPES[MEASURED[choice]], done.why
+        self.rates = done.rates
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict()}
