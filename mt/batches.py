@@ -77,9 +77,8 @@ def epoch_order(split: Split, seed: int, epoch: int) -> tuple[Callable[[int], np
 class _Epoch:
     """One epoch of this rank, planned a maxi-batch at a time as its batches are reached."""
 
-    def __init__(self, split: Split, seed: int, epoch: int, packed: bool) -> None:
+    def __init__(self, split: Split, seed: int, epoch: int) -> None:
         self.split, self.epoch = split, epoch
-        self.source = (split.src.flat(), split.tgt.flat()) if packed else split
         self.order, self.maxis = epoch_order(split, seed, epoch)
         self.counts: list[int] = []  # this rank's batches in each maxi-batch planned so far
         self.planned: dict[int, list[Any]] = {}  # the latest maxi-batches' batches
@@ -119,7 +118,7 @@ class Batches:
     def _of(self, epoch: int) -> _Epoch:
         if self._epoch is None or self._epoch.epoch != epoch:
             split = self.resegment(epoch) if self.resegment else self.split
-            self._epoch = _Epoch(split, self.seed, epoch, bool(self.pack_length))
+            self._epoch = _Epoch(split, self.seed, epoch)
         return self._epoch
 
     def _planned(self, plan: _Epoch, m: int) -> list[Any]:
@@ -186,9 +185,11 @@ class Batches:
         self._locate(epoch, index + 1)  # plans the next maxi-batch here, in the prefetch
         # thread, when this batch is its last: not in `__next__` on the training thread
         if self.pack_length:
-            arrays = collate_packed(*plan.source, batch, self.pack_length, self.rows)
+            arrays = collate_packed(
+                plan.split.src, plan.split.tgt, batch, self.pack_length, self.rows
+            )
         else:
-            arrays = collate(plan.source, batch)
+            arrays = collate(plan.split, batch)
         tensors = each(torch.from_numpy, arrays)
         return each(torch.Tensor.pin_memory, tensors) if self.pin else tensors
 

@@ -21,11 +21,12 @@ import numpy as np
 
 from .config import Config, longest_sequence
 from .errors import ConfigError
+from .store import Sentences
 from .tokenizer import BOS, EOS, PAD
 
 ROW_MULTIPLE = 128  # default row lengths are multiples of FlexAttention's block size
 
-__all__ = ["Flat", "PackedBatch", "Rows", "collate_packed", "each", "pack_rows", "row_length"]
+__all__ = ["PackedBatch", "Rows", "collate_packed", "each", "pack_rows", "row_length"]
 
 
 class Rows(NamedTuple):
@@ -116,7 +117,9 @@ def pack_rows(
     ]
 
 
-def collate_packed(src: Flat, tgt: Flat, plan: Rows, length: int, rows: int) -> PackedBatch:
+def collate_packed(
+    src: Sentences, tgt: Sentences, plan: Rows, length: int, rows: int
+) -> PackedBatch:
     """The arrays of a batch planned by `pack_rows`, (rows, length) each: gathered and
     scattered by index, with no loop over the sentences (a GPU batch holds thousands)."""
     grid = (rows, length)
@@ -135,32 +138,18 @@ def collate_packed(src: Flat, tgt: Flat, plan: Rows, length: int, rows: int) -> 
     )
 
 
-class Flat(NamedTuple):
-    """One side of a corpus as one array, which packed batches gather from by index."""
-
-    ids: np.ndarray  # every sentence's tokens, one sentence after the other
-    start: np.ndarray  # (sentences,) where each sentence begins in `ids`
-    length: np.ndarray  # (sentences,)
-
-    @classmethod
-    def of(cls, seqs: list[np.ndarray]) -> Flat:
-        length = np.fromiter(map(len, seqs), np.int64, len(seqs))
-        ids = np.concatenate(seqs) if seqs else np.zeros(0, np.int32)
-        return cls(ids, np.cumsum(length) - length, length)
-
-
-def _layout(side: Flat, plan: Rows, length: int):
+def _layout(side: Sentences, plan: Rows, length: int):
     """Per token of a side of the batch, each sentence with one extra token (EOS or BOS):
     its cell in the flattened (rows, length) grid, its sentence in its row, its position in
     that sentence, where `side.ids` holds it (the extra one: past the end) and whether it
     is the last (the extra EOS)."""
-    sizes = side.length[plan.index] + 1  # (n,)
+    sizes = side.lengths(plan.index) + 1  # (n,)
     starts = np.cumsum(sizes) - sizes  # counting the tokens of every row before
     first = np.searchsorted(plan.row, plan.row)  # the first sentence of each one's row
     sentence = np.repeat(np.arange(len(sizes)), sizes)  # (tokens,)
     pos = np.arange(len(sentence)) - starts[sentence]
     cell = plan.row[sentence] * length + (starts - starts[first])[sentence] + pos
-    at = side.start[plan.index][sentence] + pos
+    at = side.offsets[plan.index][sentence] + pos
     return cell, (np.arange(len(sizes)) - first)[sentence], pos, at, pos == sizes[sentence] - 1
 
 

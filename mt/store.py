@@ -18,8 +18,6 @@ from typing import IO, Any
 
 import numpy as np
 
-from .packing import Flat
-
 SIDES = ("src", "tgt")
 
 
@@ -62,10 +60,6 @@ class Sentences(Sequence):
         starts, lengths = self.offsets[index], self.lengths(index)
         within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         return self.ids[np.repeat(starts, lengths) + within], lengths
-
-    def flat(self) -> Flat:
-        """The side as packed batches gather from it."""
-        return Flat(self.ids, self.offsets[:-1], self.lengths())
 
 
 @dataclass

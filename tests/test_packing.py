@@ -13,7 +13,7 @@ from mt.config import Config, ModelConfig, apply_override, check_config
 from mt.errors import ConfigError
 from mt.loss import smoothed_loss
 from mt.model import Transformer
-from mt.packing import Flat, PackedBatch, collate_packed, pack_rows, row_length
+from mt.packing import PackedBatch, collate_packed, pack_rows, row_length
 from mt.store import Split
 from mt.tokenizer import BOS, EOS, PAD
 
@@ -27,8 +27,8 @@ def corpus(pairs: int = 23, seed: int = 0) -> Split:
 
 
 def batches(split: Split, seed: int = 1, epoch: int = 0) -> list[PackedBatch]:
-    src, tgt = Flat.of(split.src), Flat.of(split.tgt)
-    plans = pack_rows(src.length, tgt.length, LENGTH, ROWS, seed, epoch)
+    src, tgt = split.src, split.tgt
+    plans = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed, epoch)
     return [collate_packed(src, tgt, plan, LENGTH, ROWS) for plan in plans]
 
 
@@ -44,24 +44,24 @@ def tiny_model(**overrides) -> Transformer:
 
 def test_every_pair_is_packed_once_in_rows_that_hold_it():
     split = corpus(200)
-    src, tgt = Flat.of(split.src), Flat.of(split.tgt)
-    plans = pack_rows(src.length, tgt.length, LENGTH, ROWS, seed=1, epoch=0)
+    src, tgt = split.src, split.tgt
+    plans = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed=1, epoch=0)
     seen = np.concatenate([plan.index for plan in plans])
     assert sorted(seen) == list(range(200))
     for plan in plans:
         assert plan.row.min() >= 0 and plan.row.max() < ROWS and (np.diff(plan.row) >= 0).all()
-        for cost in (src.length, tgt.length):  # a sentence and its EOS/BOS, on either side
+        for cost in (src.lengths(), tgt.lengths()):  # a sentence and its EOS/BOS, on either side
             assert np.bincount(plan.row, cost[plan.index] + 1).max() <= LENGTH
-    again = pack_rows(src.length, tgt.length, LENGTH, ROWS, seed=1, epoch=0)
+    again = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed=1, epoch=0)
     assert all((a.index == b.index).all() for a, b in zip(plans, again))  # a resume's epoch
-    other = pack_rows(src.length, tgt.length, LENGTH, ROWS, seed=1, epoch=1)
+    other = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed=1, epoch=1)
     assert not (np.concatenate([p.index for p in other]) == seen).all()
 
 
 def test_a_packed_row_holds_each_sentence_with_its_own_positions_and_id():
     split = corpus()
-    src, tgt = Flat.of(split.src), Flat.of(split.tgt)
-    plan = pack_rows(src.length, tgt.length, LENGTH, ROWS, seed=1, epoch=0)[0]
+    src, tgt = split.src, split.tgt
+    plan = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed=1, epoch=0)[0]
     batch = collate_packed(src, tgt, plan, LENGTH, ROWS)
     assert all(a.shape == (ROWS, LENGTH) for a in batch)
     for r in range(ROWS):
