@@ -56,7 +56,7 @@ from .corpus import (
 from .errors import ConfigError, MtError
 from .files import atomic_path, atomic_write_text, remove
 from .layout import CONFIG, data_dir
-from .store import Split, SplitWriter, open_split, token_dtype
+from .store import Sentences, Split, SplitWriter, open_split, token_dtype
 
 CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
 TRAIN, VALID, TEST, SAMPLED, EMPTY, DUPLICATE = range(6)  # what becomes of a pair
@@ -629,10 +629,10 @@ def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split]
     def epoch_split(epoch: int) -> Split:
         rng = np.random.default_rng([config.run.seed, epoch, 1])  # not token_batches' stream
         src, tgt = (side.sample(rng) for side in sides)
-        fits = [len(s) <= limit and len(t) <= limit for s, t in zip(src, tgt)]
+        fits = (src.lengths() <= limit) & (tgt.lengths() <= limit)  # else as encoded
         return Split(
-            [s if ok else old for s, old, ok in zip(src, train.src, fits)],
-            [t if ok else old for t, old, ok in zip(tgt, train.tgt, fits)],
+            Sentences.mixed(src, train.src, fits),
+            Sentences.mixed(tgt, train.tgt, fits),
             corpora=train.corpora,
         )
 

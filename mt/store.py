@@ -57,9 +57,27 @@ class Sentences(Sequence):
     def take(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The sentences of `index`, in its order: their ids concatenated and their lengths,
         gathered in one indexing (no loop over the sentences)."""
-        starts, lengths = self.offsets[index], self.lengths(index)
-        within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        return self.ids[np.repeat(starts, lengths) + within], lengths
+        lengths = self.lengths(index)
+        return self.ids[spans(self.offsets[index], lengths)], lengths
+
+    @classmethod
+    def mixed(cls, first: Sentences, second: Sentences, use_first: np.ndarray) -> Sentences:
+        """Sentence i of `first` where `use_first[i]`, else of `second`, gathered in one
+        indexing from each (no loop over the sentences)."""
+        lengths = np.where(use_first, first.lengths(), second.lengths())
+        offsets = np.concatenate(([0], np.cumsum(lengths)))
+        ids = np.empty(offsets[-1], first.ids.dtype)
+        for side, chosen in ((first, use_first), (second, ~use_first)):
+            index = np.flatnonzero(chosen)
+            taken, n = side.take(index)
+            ids[spans(offsets[index], n)] = taken
+        return cls(ids, offsets)
+
+
+def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The flat positions of the spans [start, start + length) of each, one after another."""
+    within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(starts, lengths) + within
 
 
 @dataclass

@@ -31,6 +31,7 @@ from tokenizers import (
 )
 
 from .errors import ConfigError
+from .store import Sentences
 
 if TYPE_CHECKING:
     from .config import TokenizerConfig
@@ -153,7 +154,7 @@ class BpeDropout:
             symbol[ord(char)] = vocab[char]
         self.symbols = symbol[codes]
 
-    def sample(self, rng: np.random.Generator) -> list[np.ndarray]:
+    def sample(self, rng: np.random.Generator) -> Sentences:
         """Every sentence segmented anew: its token ids (int32), in order."""
         starts = np.concatenate([[0], np.cumsum(self.word_lengths)])
         tokens, counts = [], []
@@ -169,7 +170,8 @@ class BpeDropout:
         per_word = np.concatenate(counts)
         ends = np.cumsum(self.words_per_sentence)
         per_sentence = np.add.reduceat(per_word, ends - self.words_per_sentence)
-        return np.split(np.concatenate(tokens).astype(np.int32), np.cumsum(per_sentence)[:-1])
+        offsets = np.concatenate(([0], np.cumsum(per_sentence)))
+        return Sentences(np.concatenate(tokens).astype(np.int32), offsets)
 
     def _merge(self, rows: np.ndarray, rng: np.random.Generator) -> None:
         """Merge the words of `rows` (W, L) in place until no merge is left or taken."""

@@ -150,6 +150,19 @@ def test_the_store_round_trips_the_encoded_corpus(tmp_path):
     assert meta["store"]["train"]["pairs"] == len(expected) == len(train)
 
 
+def test_sentences_gather_by_index_as_sentence_by_sentence():
+    rng = np.random.default_rng(0)
+    a, b = (store.Sentences.of([rng.integers(4, 99, rng.integers(0, 6)) for _ in range(200)])
+            for _ in range(2))  # fmt: skip
+    index = rng.permutation(200)[:50]
+    ids, lengths = a.take(index)
+    assert np.array_equal(ids, np.concatenate([a[i] for i in index]))
+    assert lengths.tolist() == [len(a[i]) for i in index]
+    first = rng.random(200) < 0.7  # BPE-dropout keeps the sentences that still fit
+    mixed = store.Sentences.mixed(a, b, first)
+    assert all(np.array_equal(mixed[i], a[i] if first[i] else b[i]) for i in range(200))
+
+
 def test_several_corpora_keep_their_weights_in_the_store(tmp_path):
     first = aligned(tmp_path, [(f"One {i}.", f"Uno {i}.") for i in range(60)], "a")
     second = aligned(tmp_path, [(f"Two {i}.", f"Dos {i}.") for i in range(30)], "b")
