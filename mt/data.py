@@ -394,7 +394,7 @@ def _encode(
 ) -> tuple[dict[str, Any], list[list[Any]], dict[str, list[Pair]]]:
     """Pass 3, in `data.workers` processes: train encoded into the store, filtered by length
     and ratio; its layout, each corpus's (pairs, weight), and the held-out pairs cut."""
-    writer = SplitWriter(folder, "train", token_dtype(max(t.get_vocab_size() for t in tokenizers)))
+    writer = SplitWriter(folder, "train", _store_dtype(tokenizers))
     held: dict[str, list[Pair]] = {name: [] for name in HELD_OUT}
     sizes = [[0, corpus.weight] for corpus in train]
     meter = _Meter("encode", len(codes))
@@ -517,20 +517,25 @@ def _encode_chunk(
     picked = {code: np.flatnonzero(codes == code).tolist() for code in (VALID, TEST)}
     train = np.flatnonzero((codes == TRAIN) | (codes == SAMPLED)).tolist()
     texts = [[normalize(side[i]) for i in train] for side in chunk]
-    ids = [tok.encode(t, side) for t, side in zip(_TOKENIZERS, texts)]
-    lengths = [np.fromiter(map(len, side), np.int64, len(side)) for side in ids]
+    sides = [_flat(tok.encode(t, side)) for t, side in zip(_TOKENIZERS, texts)]
     drops: dict[str, int] = {}
-    keep = _length_filter(*lengths, max_length, max_ratio, drops)
+    keep = np.flatnonzero(_length_filter(sides[0][1], sides[1][1], max_length, max_ratio, drops))
     out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops, "train": {}}
-    for name, side, length in zip(("src", "tgt"), ids, lengths):
-        kept = [side[i] for i in np.flatnonzero(keep).tolist()]
-        out["train"][name] = (
-            np.fromiter(itertools.chain.from_iterable(kept), np.int32),
-            length[keep],
-        )
+    for name, (flat, lengths) in zip(("src", "tgt"), sides):
+        out["train"][name] = Sentences(flat, np.concatenate(([0], np.cumsum(lengths)))).take(keep)
     for name, code in HELD_OUT.items():
         out[name] = [(normalize(chunk[0][i]), normalize(chunk[1][i])) for i in picked[code]]
     return out
+
+
+def _flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded sentences (`tokenizers` gives lists) as one int32 array and their lengths."""
+    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+    return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
+
+
+def _store_dtype(tokenizers: tuple[Tokenizer, Tokenizer]) -> np.dtype:
+    return token_dtype(max(t.get_vocab_size() for t in tokenizers))
 
 
 def _length_filter(
@@ -579,14 +584,12 @@ def _write_held_out(
     folder: Path, name: str, pairs: list[Pair], tokenizers: tuple[Tokenizer, Tokenizer]
 ) -> dict[str, Any]:
     """A held-out split (small): its ids into the store, its text beside."""
-    writer = SplitWriter(folder, name, token_dtype(max(t.get_vocab_size() for t in tokenizers)))
+    writer = SplitWriter(folder, name, _store_dtype(tokenizers))
     sides = {}
     for side, tokenizer, texts in zip(
         ("src", "tgt"), tokenizers, zip(*pairs) if pairs else ([], [])
     ):
-        ids = tok.encode(tokenizer, texts)
-        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int32)
-        sides[side] = flat, np.fromiter(map(len, ids), np.int64, len(ids))
+        sides[side] = _flat(tok.encode(tokenizer, texts))
     writer.append(sides)
     with open(folder / f"{name}.jsonl", "w", encoding="utf-8") as f:
         for src, tgt in pairs:
