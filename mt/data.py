@@ -51,7 +51,7 @@ from .corpus import (
     entry_files,
     load_raw,
     normalize,
-    read_jsonl,
+    read_pairs_jsonl,
 )
 from .errors import ConfigError, MtError
 from .files import atomic_path, atomic_write_text, remove
@@ -655,10 +655,10 @@ def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared 
             return None
         splits = {name: open_split(cache, name, meta["store"][name]) for name in SPLITS}
         for name in HELD_OUT:
-            texts = list(read_jsonl(cache / f"{name}.jsonl"))
-            splits[name].src_text = [t["src"] for t in texts]
-            splits[name].tgt_text = [t["tgt"] for t in texts]
-            if len(texts) != len(splits[name]):
+            pairs = read_pairs_jsonl(cache / f"{name}.jsonl", "src", "tgt")
+            splits[name].src_text = [src for src, _ in pairs]
+            splits[name].tgt_text = [tgt for _, tgt in pairs]
+            if len(pairs) != len(splits[name]):
                 return None
         splits["train"].corpora = [(int(n), w) for n, w in meta["corpora"]]
         src_tok, tgt_tok = (Tokenizer.from_file(str(p)) for p in tok_files)

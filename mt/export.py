@@ -211,6 +211,10 @@ class Exported:
     manifest: dict[str, Any]
     device: str = "cpu"
 
+    def __post_init__(self) -> None:  # the lookups of every translation, made once
+        self.src_tokens = _tokens(self.src_tokenizer)  # CT2 reads tokens, not ids
+        self.tgt_ids = self.tgt_tokenizer.get_vocab()
+
     @property
     def cfg(self) -> ModelConfig:  # what translate.source_ids reads from a model
         return self.config.model
@@ -264,7 +268,6 @@ def translate_nbest(
     from .translate import decode_batch_tokens, source_ids
 
     ids = source_ids(exported, exported.src_tokenizer, texts)
-    vocab = _tokens(exported.src_tokenizer)
     # as decode.max_output_lengths: the source length counts its EOS
     limits = [int((len(x) + 1) * cfg.max_len_a + cfg.max_len_b) for x in ids]
     limits = [min(n, max_length(exported.cfg)) for n in limits]
@@ -277,7 +280,7 @@ def translate_nbest(
     vocab_size = exported.tgt_tokenizer.get_vocab_size()
     budget = decode_batch_tokens(cfg, exported.cfg, vocab_size, exported.device)
     results = exported.translator.translate_batch(
-        [[vocab[t] for t in ids[i]] for i in todo],
+        [[exported.src_tokens[t] for t in ids[i]] for i in todo],
         max_batch_size=max(1, budget // cfg.beam),  # ours counts a source token a beam
         batch_type="tokens",
         beam_size=cfg.beam,
@@ -291,19 +294,19 @@ def translate_nbest(
         suppress_sequences=[[pad], [bos]],
     )
     for i, result in zip(todo, results):
-        out[i] = _ranked(result, exported.tgt_tokenizer, limits[i], cfg, greedy)
+        out[i] = _ranked(result, exported, limits[i], cfg, greedy)
     return out
 
 
 def _ranked(
-    result: Any, tgt: Tokenizer, limit: int, cfg: DecodeConfig, greedy: bool
+    result: Any, exported: Exported, limit: int, cfg: DecodeConfig, greedy: bool
 ) -> list[tuple[str, float]]:
     """One source's CT2 result as up to `cfg.nbest` (text, score) pairs, best first, each
     output cut to its own length limit."""
     from .decode import length_penalty
 
-    hyps = [[tgt.token_to_id(t) for t in h][:limit] for h in result.hypotheses]
-    texts = tok.decode(tgt, hyps)
+    hyps = [[exported.tgt_ids[t] for t in h[:limit]] for h in result.hypotheses]
+    texts = tok.decode(exported.tgt_tokenizer, hyps)
     if greedy:
         return [(text, float("nan")) for text in texts]
     # CT2 ranks by logprob / L ** alpha, L counting EOS: rescored by ours, GNMT's
