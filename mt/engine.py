@@ -39,9 +39,11 @@ class Translator(ABC):
         score is the length-normalised log-probability (NaN for greedy search). `decode`:
         this translator's own decode section unless given."""
 
-    def translate(self, texts: Sequence[str], decode: DecodeConfig | None = None) -> list[str]:
+    def translate(
+        self, texts: Sequence[str], decode: DecodeConfig | None = None, progress: bool = False
+    ) -> list[str]:
         """The best translation of each text, in input order; an empty text gives ""."""
-        return [hyps[0][0] for hyps in self.translate_nbest(texts, decode)]
+        return [hyps[0][0] for hyps in self.translate_nbest(texts, decode, progress)]
 
     def score(self, pairs: Sequence[tuple[str, str]], decode: DecodeConfig | None = None) -> list:
         """The model's log-probability of each pair's target given its source (`score.Scored`),

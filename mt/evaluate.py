@@ -75,7 +75,7 @@ def evaluate(
     """Translate `sources` (with a progress bar) and score them against `references`: (the
     result `mt evaluate` prints, the hypotheses)."""
     started = time.perf_counter()
-    hypotheses = [h[0][0] for h in translator.translate_nbest(sources, progress=True)]
+    hypotheses = translator.translate(sources, progress=True)
     seconds = time.perf_counter() - started
     result = dict(
         bleu_chrf(hypotheses, references),

@@ -284,11 +284,14 @@ def check_limits(texts: list[str], settings: Settings) -> None:
             413, f"q: {len(texts)} texts, at most {settings.max_texts} a request (--max-texts)"
         )
     for i, text in enumerate(texts):
-        if len(text) > settings.max_chars:
-            raise BadRequest(
-                413,
-                f"q[{i}]: {len(text)} characters, at most {settings.max_chars} (--max-chars)",
-            )
+        check_length(text, settings, f"q[{i}]")
+
+
+def check_length(text: str, settings: Settings, where: str) -> None:
+    """413 for a text (`where` names it) longer than --max-chars."""
+    if len(text) > settings.max_chars:
+        most = settings.max_chars
+        raise BadRequest(413, f"{where}: {len(text)} characters, at most {most} (--max-chars)")
 
 
 async def read_body(request: Any, limit: int) -> bytes:
@@ -545,12 +548,7 @@ async def read_text_file(request: Any, settings: Settings, info: dict) -> tuple[
     except UnicodeDecodeError as e:
         raise BadRequest(400, f"{filename}: not UTF-8 text (byte {e.start})") from None
     for number, line in enumerate(lines, start=1):
-        if len(line) > settings.max_chars:
-            raise BadRequest(
-                413,
-                f"{filename}: line {number}: {len(line)} characters, at most "
-                f"{settings.max_chars} (--max-chars)",
-            )
+        check_length(line, settings, f"{filename}: line {number}")
     return name, lines
 
 
