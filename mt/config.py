@@ -191,7 +191,8 @@ class DecodeConfig:
     max_len_b: int = 10
     nbest: int = resumable(1)
     no_repeat_ngram: int = resumable(0)  # forbid repeating any n-gram of this size; 0 disables
-    # source tokens per decoding batch; 0: the device's (4096 on a CPU, more on a GPU)
+    # source tokens per decoding batch, each counted once per beam hypothesis; 0: the
+    # device's (4096 on a CPU, more on a GPU)
     batch_tokens: int = resumable(0)
     # validation, translate and evaluate; auto: train.precision's rule on GPUs; on a CPU
     # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
