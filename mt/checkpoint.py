@@ -29,10 +29,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from .config import Config, config_from_dict
+from .config import Config
+from .config_file import config_from_dict
 from .errors import ConfigError
 from .files import atomic_path, remove
-from .layout import BEST, CHECKPOINTS, LAST, checkpoints_dir
+from .run_folder import BEST, CHECKPOINTS, LAST, checkpoints_dir
 
 FORMAT = "mt-checkpoint-1"  # ours, under "mt_format"; "format" is "pt", as HF loaders expect
 WEIGHTS = "model.safetensors"

@@ -19,3 +19,8 @@ class Unhealthy(MtError):
     on would not help (exit status 3)."""
 
     exit_code = 3
+
+
+def one_line(error: Exception) -> str:
+    """An exception's message on one line, cut to a readable length."""
+    return " ".join(str(error).split())[:300]

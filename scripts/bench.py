@@ -41,7 +41,7 @@ from bench_prepare import run as run_scale
 from bench_serve import render as render_serve
 from bench_train_speed import REFERENCE_THEN
 
-from mt.metrics import read_metrics
+from mt.training.metrics import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "runs" / "bench" / "results.json"
@@ -196,7 +196,7 @@ def plot_budget(results: dict) -> Path | None:
     runs = budget_runs(results)
     if len(runs) < 2:
         return None
-    from mt.plot import figure, save_png
+    from mt.training.plot import figure, save_png
 
     fig = figure(figsize=(6, 4), dpi=100, layout="constrained")
     ax = fig.subplots()

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 from bench_train_speed import reference_speed
 
-from mt import tokenizer as tok
-from mt.corpus import read_pairs_jsonl
-from mt.engine import open_translator
+from mt.data import tokenizer as tok
+from mt.data.corpus import read_pairs_jsonl
+from mt.decoding.engine import open_translator
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ BLEU with greedy search and beam 5, peak memory and size on disk.
 Two models: a trained checkpoint (BLEU on the given test pairs), and a base.yaml-sized one
 (d_model 512, 6+6) as initialised, with the trained one's tokenizers: speed only. Each engine
 decodes in a process of its own, so that its peak resident memory is its own (mt's CT2 path
-imports torch too, through mt.translate). Prints one JSON object.
+imports torch too, through mt.decoding.translate). Prints one JSON object.
 
     python scripts/bench_export.py runs/bench/tatoeba_cpu \
         --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz [--threads 2]
@@ -31,9 +31,9 @@ def worker(
     {sentences_per_s, bleu, peak_mib}."""
     import torch
 
-    from mt.corpus import read_pairs_jsonl
-    from mt.engine import open_translator
-    from mt.evaluate import bleu_chrf
+    from mt.data.corpus import read_pairs_jsonl
+    from mt.decoding.engine import open_translator
+    from mt.decoding.evaluate import bleu_chrf
 
     torch.set_num_threads(threads)
     found = read_pairs_jsonl(pairs, "en", "es")[: sentences or None]
@@ -79,7 +79,7 @@ def base_sized(trained: Path, folder: Path) -> Path:
     import torch
 
     from mt import checkpoint
-    from mt.config import load_config
+    from mt.config_file import load_config
     from mt.model import Transformer
 
     loaded = checkpoint.load(trained)
@@ -95,7 +95,7 @@ def base_sized(trained: Path, folder: Path) -> Path:
 
 
 def bench(name: str, file: Path, folder: Path, args: argparse.Namespace, sentences: int) -> dict:
-    from mt import export
+    from mt.converters import ctranslate2 as export
 
     paths = {"torch": file}
     sizes = {"torch": file.stat().st_size}

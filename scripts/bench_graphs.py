@@ -2,11 +2,11 @@
 `decode.precision: auto` picks, in one process, alternating the two plans round after round on
 the same sentences (medians reported), with the share of sentences decoded to the same tokens.
 
-"graphs": the GPU's plan (`mt.decode.plan_for`: static cache in buffers shaped by bucket, one
-CUDA graph per bucket and cache read length, replayed); "eager": the same search with the
-static cache stepped eagerly (no graphs, no buckets). On a machine without CUDA the first is
-the bucketed cache stepped eagerly, which only exercises this script. Prints one JSON record
-and a Markdown table.
+"graphs": the GPU's plan (`mt.decoding.search.plan_for`: static cache in buffers shaped by
+bucket, one CUDA graph per bucket and cache read length, replayed); "eager": the same search
+with the static cache stepped eagerly (no graphs, no buckets). On a machine without CUDA the
+first is the bucketed cache stepped eagerly, which only exercises this script. Prints one JSON
+record and a Markdown table.
 
     python scripts/bench_graphs.py RUN --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz
 """
@@ -21,13 +21,13 @@ import time
 
 import torch
 
-import mt.translate
+import mt.decoding.translate
 from mt import checkpoint
-from mt.corpus import read_pairs_jsonl
-from mt.decode import Plan
+from mt.data.corpus import read_pairs_jsonl
+from mt.decoding.graphs import graphs_for
+from mt.decoding.search import Plan
+from mt.decoding.translate import source_ids, translate_ids
 from mt.device import cpu_info, precision_for
-from mt.graphs import graphs_for
-from mt.translate import source_ids, translate_ids
 
 
 def plans(device: torch.device) -> dict[str, Plan]:
@@ -40,7 +40,7 @@ def plans(device: torch.device) -> dict[str, Plan]:
 
 def timed(model, ids, cfg, device: torch.device, plan: Plan) -> tuple[float, list]:
     """Seconds to decode `ids` by `plan` (translate_ids' batching), and the best tokens."""
-    mt.translate.plan_for = lambda _: plan  # translate_ids asks plan_for for its plan
+    mt.decoding.translate.plan_for = lambda _: plan  # translate_ids asks plan_for for its plan
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     started = time.perf_counter()

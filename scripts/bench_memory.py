@@ -17,8 +17,8 @@ import tempfile
 
 
 def worker(precision: str, updates: int, config: str, overrides: list[str], run_dir: str):
-    from mt.config import load_config
-    from mt.train import Trainer
+    from mt.config_file import load_config
+    from mt.training.trainer import Trainer
 
     items = [f"run.dir={run_dir}", f"train.precision={precision}", "train.max_minutes=0",
              f"train.max_steps={max(updates, 1)}", *overrides]  # fmt: skip

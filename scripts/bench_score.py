@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--reference", type=Path, help="another mt checkout: its score, once")
     args = parser.parse_args()
 
-    from mt.corpus import read_pairs_jsonl
+    from mt.data.corpus import read_pairs_jsonl
     from mt.device import cpu_description
 
     pairs = read_pairs_jsonl(args.pairs, "en", "es")

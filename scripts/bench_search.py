@@ -37,10 +37,10 @@ def worker(spec: dict) -> None:
 
     import mt
     from mt import checkpoint
-    from mt import tokenizer as tok
-    from mt.corpus import read_pairs_jsonl
+    from mt.data import tokenizer as tok
+    from mt.data.corpus import read_pairs_jsonl
+    from mt.decoding.translate import source_ids, translate_ids
     from mt.device import precision_for
-    from mt.translate import source_ids, translate_ids
 
     def synced_clock() -> float:
         if device.type == "cuda":
@@ -89,12 +89,14 @@ def worker(spec: dict) -> None:
 
 def resolved_batch_tokens(cfg, model, device) -> int:
     """decode.batch_tokens as the `mt` under test resolves it; a reference may be older."""
-    import mt.translate
+    import mt.decoding.translate
 
-    if hasattr(mt.translate, "decode_batch_tokens"):
-        return mt.translate.decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
-    if hasattr(mt.translate, "batch_tokens_for"):  # before issue 27
-        return mt.translate.batch_tokens_for(cfg, model, device)
+    if hasattr(mt.decoding.translate, "decode_batch_tokens"):
+        return mt.decoding.translate.decode_batch_tokens(
+            cfg, model.cfg, model.out.out_features, device
+        )
+    if hasattr(mt.decoding.translate, "batch_tokens_for"):  # before issue 27
+        return mt.decoding.translate.batch_tokens_for(cfg, model, device)
     return cfg.batch_tokens  # before decode.batch_tokens 0
 
 
@@ -110,7 +112,7 @@ def measure(path: Path, spec: dict) -> dict:
 
 
 def rows(name: str, spec: dict, found: dict[str, list[dict]], references: list[str]) -> list:
-    from mt.evaluate import bleu_chrf
+    from mt.decoding.evaluate import bleu_chrf
 
     out = []
     ours = found["ours"]
@@ -189,7 +191,7 @@ def main() -> None:
     from bench import machine
     from bench_export import base_sized
 
-    from mt.corpus import read_pairs_jsonl
+    from mt.data.corpus import read_pairs_jsonl
 
     references = [r for _, r in read_pairs_jsonl(args.pairs, "en", "es")]
     implementations = {"ours": ROOT}

@@ -130,7 +130,7 @@ def one_batch(model: str, sentences: list[str], beam: int, threads: int) -> floa
     """Sentences/s of mt translate's decoding of all `sentences` in one call, on the CPU."""
     import torch
 
-    from mt.engine import open_translator
+    from mt.decoding.engine import open_translator
 
     torch.set_num_threads(threads)
 
@@ -195,7 +195,7 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print the docs section too")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the server's
-    from mt.corpus import read_pairs_jsonl
+    from mt.data.corpus import read_pairs_jsonl
 
     sentences = [src for src, _ in read_pairs_jsonl(args.pairs, "en", "es")]
     runs = [one_batch(args.model, sentences, args.beam, args.threads)]

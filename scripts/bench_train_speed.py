@@ -26,13 +26,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from mt.batches import collate, token_batches
-from mt.config import load_config
-from mt.data import prepare
+from mt.config_file import load_config
+from mt.data.batches import collate, token_batches
+from mt.data.prepare import prepare
+from mt.data.tokenizer import PAD
 from mt.device import SPEED_FLAGS, cpu_amx_bf16, cpu_flags, precision_for
-from mt.loss import smoothed_loss
 from mt.model import Transformer, sinusoids
-from mt.tokenizer import PAD
+from mt.training.loss import smoothed_loss
 
 
 class Reference(nn.Module):

@@ -36,8 +36,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train_speed, beside this
 
-from mt.packing import PackedBatch
-from mt.tokenizer import PAD
+from mt.data.packing import PackedBatch
+from mt.data.tokenizer import PAD
 
 # Dense bf16 peak (FLOP/s, no sparsity) by a substring of torch.cuda.get_device_name().
 PEAK_BF16 = {
@@ -118,8 +118,8 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
     """One rank (under torchrun, or alone): train, time, write its figures to out/rank-R.json."""
     import torch
 
-    from mt.config import load_config
-    from mt.train import Trainer
+    from mt.config_file import load_config
+    from mt.training.trainer import Trainer
 
     trainer = Trainer(load_config(config_name, overrides))
     model_cfg, cuda = trainer.config.model, trainer.device.type == "cuda"

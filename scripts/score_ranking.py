@@ -24,8 +24,8 @@ def main() -> None:
 
     from bench import machine  # scripts/ is on the path of a script run from it
 
-    from mt.corpus import read_pairs_jsonl
-    from mt.engine import open_translator
+    from mt.data.corpus import read_pairs_jsonl
+    from mt.decoding.engine import open_translator
 
     translator = open_translator(args.checkpoint, "torch", "cpu")
     pairs = read_pairs_jsonl(args.pairs, "en", "es")

@@ -8,10 +8,10 @@ import threading
 import numpy as np
 import torch
 
-from mt import batches
-from mt.batches import Batches, Position, collate, pad_batch
-from mt.store import Split, SplitWriter, open_split
-from mt.tokenizer import BOS, EOS
+from mt.data import batches
+from mt.data.batches import Batches, Position, collate, pad_batch
+from mt.data.store import Split, SplitWriter, open_split
+from mt.data.tokenizer import BOS, EOS
 
 
 def split(n: int = 300, seed: int = 0) -> Split:

@@ -14,8 +14,8 @@ from conftest import PAIRS, write_jsonl
 from test_train import tiny_config
 
 from mt import checkpoint
-from mt.train import train
-from mt.translate import translate
+from mt.decoding.translate import translate
+from mt.training.trainer import train
 
 
 @pytest.fixture(scope="module")
@@ -286,8 +286,8 @@ def test_evaluate_reads_pairs_in_every_corpus_format(cli_main, run_dir, tmp_path
 def test_saved_tokenizer_alone_gives_the_ids_the_encoder_reads(run_dir):
     from tokenizers import Tokenizer
 
-    from mt import tokenizer as tok
-    from mt.tokenizer import EOS
+    from mt.data import tokenizer as tok
+    from mt.data.tokenizer import EOS
 
     outside = Tokenizer.from_file(str(run_dir / "tokenizer.json"))
     outside.encode_special_tokens = True  # as the run folder's README says

@@ -13,10 +13,10 @@ from test_packing import corpus, tensors
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import mt.model
-from mt.batches import collate
-from mt.config import load_config
-from mt.loss import smoothed_loss
-from mt.model import FLEX_MIN_HEAD, flex_refusal, use_flex
+from mt.config_file import load_config
+from mt.data.batches import collate
+from mt.packed_attention import FLEX_MIN_HEAD, flex_refusal, use_flex
+from mt.training.loss import smoothed_loss
 
 CONFIGS = sorted(p.name for p in (Path(__file__).parents[1] / "mt" / "configs").glob("*.yaml"))
 

@@ -10,16 +10,16 @@ import pytest
 import yaml
 from conftest import write_jsonl
 
-from mt.config import (
+from mt.config import Config
+from mt.config_file import (
     PACKAGED_CONFIGS,
-    Config,
     config_from_dict,
     diff_configs,
     dump_config,
     find_config_file,
     load_config,
 )
-from mt.data import prepare
+from mt.data.prepare import prepare
 from mt.errors import ConfigError, MtError
 
 

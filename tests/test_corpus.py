@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from conftest import PAIRS, write_jsonl
 
-from mt import corpus as corpus_module
-from mt import data as data_module
-from mt import store
-from mt.config import load_config
-from mt.corpus import load_raw
-from mt.data import prepare
+from mt.config_file import load_config
+from mt.data import corpus as corpus_module
+from mt.data import prepare as data_module
+from mt.data import scan, store
+from mt.data.corpus import load_raw
+from mt.data.prepare import prepare
 from mt.errors import ConfigError, MtError
 
 
@@ -44,7 +44,7 @@ def config(tmp_path: Path, *entries, run: str = "run", sets: tuple[str, ...] = (
 
 
 def clean_pairs():
-    return data_module.clean(PAIRS, {})
+    return scan.clean(PAIRS, {})
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
@@ -58,7 +58,7 @@ def test_aligned_text_reads_line_by_line_in_chunks(newline, gz, tmp_path, monkey
     assert [tuple(" ".join(x.split()) for x in p) for p in raw] == [
         tuple(" ".join(x.split()) for x in p) for p in pairs
     ]
-    assert all("\r" not in s + t for s, t in data_module.clean(raw, {}))
+    assert all("\r" not in s + t for s, t in scan.clean(raw, {}))
 
 
 def test_blank_lines_are_empty_pairs_dropped_and_counted(tmp_path):
@@ -181,7 +181,7 @@ def test_a_corpus_changing_while_it_is_prepared_is_refused_and_the_cache_kept(
     cfg = config(tmp_path, entry)
     prepare(cfg)
     before = {p.name: p.read_bytes() for p in (tmp_path / "run" / "data").iterdir()}
-    sample = data_module._sample
+    sample = data_module.sample
 
     def grow(*args):  # between the scan and the encoding
         for lang, text in (("en", "More.\n"), ("es", "Más.\n")):
@@ -189,7 +189,7 @@ def test_a_corpus_changing_while_it_is_prepared_is_refused_and_the_cache_kept(
                 f.write(text)
         return sample(*args)
 
-    monkeypatch.setattr(data_module, "_sample", grow)
+    monkeypatch.setattr(data_module, "sample", grow)
     with pytest.raises(ConfigError, match="changed while it was being prepared"):
         prepare(cfg, rebuild=True)
     after = {p.name: p.read_bytes() for p in (tmp_path / "run" / "data").iterdir()}

@@ -24,18 +24,20 @@ from conftest import (
 )
 from tokenizers import Tokenizer
 
-from mt import corpus as corpus_module
-from mt import tokenizer as tok
-from mt.batches import Batches, Position, collate, token_batches
-from mt.config import TokenizerConfig, load_config
-from mt.corpus import load_raw, normalize, read_pairs_jsonl
-from mt.data import _length_filter, clean, dedup, prepare, source_key
+from mt.config import TokenizerConfig
+from mt.config_file import load_config
+from mt.data import corpus as corpus_module
+from mt.data import tokenizer as tok
+from mt.data.batches import Batches, Position, collate, token_batches
+from mt.data.corpus import load_raw, normalize, read_pairs_jsonl
+from mt.data.prepare import _length_filter, prepare
+from mt.data.scan import clean, dedup, source_key
+from mt.data.store import Split, open_split
+from mt.data.tokenizer import SPECIAL_TOKENS
 from mt.errors import ConfigError, MtError
-from mt.store import Split, open_split
-from mt.tokenizer import SPECIAL_TOKENS
 
 try:
-    from mt.tokenizer import BOS, EOS, PAD
+    from mt.data.tokenizer import BOS, EOS, PAD
 except ImportError:  # the model module may not exist yet: the ids are fixed by the tokenizer
     PAD, BOS, EOS = 0, 1, 2
 

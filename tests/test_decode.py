@@ -13,9 +13,10 @@ import torch
 from test_model import VOCAB, pad, random_batch, tiny_model, trained_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import mt.translate
+import mt.decoding.translate
 from mt.config import DecodeConfig, ModelConfig
-from mt.decode import (
+from mt.data.tokenizer import BOS, EOS, PAD
+from mt.decoding.search import (
     Plan,
     beam_search,
     best_extensions,
@@ -23,9 +24,8 @@ from mt.decode import (
     length_penalty,
     max_output_lengths,
 )
+from mt.decoding.translate import translate_ids
 from mt.errors import MtError
-from mt.tokenizer import BOS, EOS, PAD
-from mt.translate import translate_ids
 
 
 def random_model():
@@ -303,14 +303,14 @@ def test_a_batch_too_big_for_memory_is_split_until_it_fits(monkeypatch, capsys):
     model = random_model()
     ids = [[w for w in row if w != PAD] for row in mixed_batch().tolist()]
     cfg = DecodeConfig(beam=2, nbest=2, batch_tokens=1000)  # one batch of 6
-    expected, search = translate_ids(model, ids, cfg), mt.translate.beam_search
+    expected, search = translate_ids(model, ids, cfg), mt.decoding.translate.beam_search
 
     def small_memory(model, src, cfg, plan):
         if len(src) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory")
         return search(model, src, cfg, plan)
 
-    monkeypatch.setattr(mt.translate, "beam_search", small_memory)
+    monkeypatch.setattr(mt.decoding.translate, "beam_search", small_memory)
     found = translate_ids(model, ids, cfg)
     assert [[h.tokens for h in x] for x in found] == [[h.tokens for h in x] for x in expected]
     err = capsys.readouterr().err
@@ -319,6 +319,8 @@ def test_a_batch_too_big_for_memory_is_split_until_it_fits(monkeypatch, capsys):
     def no_memory(*args):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(mt.translate, "beam_search", no_memory)  # not even one sentence fits
+    monkeypatch.setattr(
+        mt.decoding.translate, "beam_search", no_memory
+    )  # not even one sentence fits
     with pytest.raises(MtError, match="a sentence of 10 tokens does not fit in the memory of cpu"):
         translate_ids(model, ids, cfg)

@@ -1,4 +1,4 @@
-"""The decode step's CUDA graphs (mt.graphs), proven on the CPU: the step meets capture's
+"""The decode step's CUDA graphs (mt.decoding.graphs), proven on the CPU: the step meets capture's
 preconditions (no host reads, no CPU tensors: run on the meta device), reads the cache by
 length bucket; the graph branch of the search loop, with a stand-in that records a step's
 operations and replays them, gives the eager plan's results and captures once per bucket;
@@ -15,12 +15,12 @@ from test_model import random_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
-import mt.translate
+import mt.decoding.translate
 from mt.config import DecodeConfig
-from mt.decode import Plan, beam_search, greedy, max_output_lengths
-from mt.graphs import GRAPHS, Graphs, bucket, out_of_memory_in
-from mt.tokenizer import PAD
-from mt.translate import translate_ids
+from mt.data.tokenizer import PAD
+from mt.decoding.graphs import GRAPHS, Graphs, bucket, out_of_memory_in
+from mt.decoding.search import Plan, beam_search, greedy, max_output_lengths
+from mt.decoding.translate import translate_ids
 
 GRAPH = Plan(check_every=8, static=True, buckets=True, graph=True)  # plan_for's on CUDA
 EAGER = Plan(check_every=8, static=True, buckets=True)
@@ -46,9 +46,9 @@ class Recorder(TorchDispatchMode):
 
 
 class FakeGraphs:
-    """A stand-in for mt.graphs.cuda_graph: warm-up, then the step's operations recorded and,
-    on replay, run again on the same inputs: what the Python around them did at capture is
-    frozen, as in a CUDA graph. `corrupt` alters what replays write."""
+    """A stand-in for mt.decoding.graphs.cuda_graph: warm-up, then the step's operations
+    recorded and, on replay, run again on the same inputs: what the Python around them did at
+    capture is frozen, as in a CUDA graph. `corrupt` alters what replays write."""
 
     def __init__(self, corrupt=None):
         self.captures, self.replays, self.corrupt = 0, 0, corrupt
@@ -224,7 +224,7 @@ def test_out_of_memory_in_a_capture_halves_the_batch(monkeypatch, capsys):
         return fake(run, pool)
 
     use_graphs(model, small_memory)
-    monkeypatch.setattr(mt.translate, "plan_for", lambda device: GRAPH)
+    monkeypatch.setattr(mt.decoding.translate, "plan_for", lambda device: GRAPH)
     found = translate_ids(model, ids, cfg)
     assert tokens(found) == tokens(expected)
     err = capsys.readouterr().err

@@ -129,9 +129,9 @@ def test_device_without_cuda_or_with_too_few_gpus():
 
 RANK_SCRIPT = """\
 import os, sys, torch
-import mt.evaluate
-from mt.config import load_config
-from mt.train import Trainer
+import mt.decoding.evaluate
+from mt.config_file import load_config
+from mt.training.trainer import Trainer
 
 rank, scored = int(os.environ["RANK"]), []
 
@@ -141,7 +141,7 @@ def score(hypotheses, references):  # rank 0: a flat BLEU; rank 1 would see it r
     return {"bleu": 10.0 if rank == 0 else 10.0 + len(scored)}
 
 
-mt.evaluate.bleu_chrf = score
+mt.decoding.evaluate.bleu_chrf = score
 trainer = Trainer(load_config("tiny.yaml", sys.argv[2:]))
 first = [int(x) for x in trainer.batches.epoch_batches(0)[0]]
 result = trainer.run()
@@ -213,10 +213,10 @@ def test_sigterm_to_one_rank_then_resume_ends_as_an_uninterrupted_run(corpus_fil
 
 FAILING_RANK_SCRIPT = """\
 import os, sys
-import mt.update
+import mt.training.update
 from mt.cli import main
 from mt.errors import ConfigError
-from mt.rehearsal import Rehearsal
+from mt.training.rehearsal import Rehearsal
 
 
 def rehearse(forward, batch, model, compile, max_tokens, say, state_bytes=0):
@@ -225,7 +225,7 @@ def rehearse(forward, batch, model, compile, max_tokens, say, state_bytes=0):
     return Rehearsal(forward, False, 0.0, 0)
 
 
-mt.update.rehearse = rehearse
+mt.training.update.rehearse = rehearse
 sys.argv = ["mt", *sys.argv[1:]]
 main()
 """

@@ -21,8 +21,8 @@ from conftest import PAIRS, write_jsonl
 from test_train import tiny_config
 
 from mt import checkpoint, files
-from mt.config import dump_config
-from mt.train import train
+from mt.config_file import dump_config
+from mt.training.trainer import train
 
 SETS = [
     "train.max_steps=30",
@@ -493,7 +493,7 @@ def test_leftovers_of_dead_processes_are_removed_where_the_folder_is_next_writte
 
 
 def test_a_half_written_metrics_line_is_skipped_with_a_warning(trained, tmp_path, capsys):
-    from mt.metrics import read_metrics
+    from mt.training.metrics import read_metrics
 
     run = copy_run(trained[1], tmp_path)
     whole = read_metrics(run)
@@ -504,8 +504,8 @@ def test_a_half_written_metrics_line_is_skipped_with_a_warning(trained, tmp_path
 
 
 def test_a_metrics_line_that_cannot_be_written_is_one_error_naming_the_file(tmp_path):
-    from mt import metrics
     from mt.errors import MtError
+    from mt.training import metrics
 
     (tmp_path / metrics.FILE).mkdir()  # any OSError at the append: a full disk, a lost mount
     with pytest.raises(MtError, match=f"{tmp_path / metrics.FILE}: cannot write: "):

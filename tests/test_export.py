@@ -11,11 +11,13 @@ import pytest
 from conftest import PAIRS, TATOEBA_TEST, TATOEBA_TRAIN, TATOEBA_VALID, needs_shared, write_jsonl
 from test_train import tiny_config
 
-from mt import checkpoint, export
-from mt.config import load_config
-from mt.corpus import read_pairs_jsonl
-from mt.train import train
-from mt.translate import translate_nbest
+from mt import checkpoint
+from mt.config_file import load_config
+from mt.converters import ctranslate2 as export
+from mt.data.corpus import read_pairs_jsonl
+from mt.decoding import ct2
+from mt.decoding.translate import translate_nbest
+from mt.training.trainer import train
 
 pytest.importorskip("ctranslate2")
 
@@ -70,9 +72,9 @@ def torch_nbest(run: Path, texts: list[str], **decode) -> list[list[tuple[str, f
 
 
 def ct2_nbest(folder: Path, texts: list[str], **decode) -> list[list[tuple[str, float]]]:
-    exported = export.load(folder)
+    exported = ct2.load(folder)
     cfg = dataclasses.replace(exported.config.decode, **decode)
-    return export.translate_nbest(exported, texts, cfg)
+    return ct2.translate_nbest(exported, texts, cfg)
 
 
 @needs_shared
@@ -235,6 +237,7 @@ def test_missing_ctranslate2_is_one_line(cli_main, tiny_run, tmp_path, monkeypat
 def test_core_does_not_import_ctranslate2():
     import subprocess
 
-    code = "import mt.cli, mt.translate, mt.export, sys; print('ctranslate2' in sys.modules)"
+    modules = "mt.cli, mt.decoding.translate, mt.decoding.ct2, mt.converters.ctranslate2"
+    code = f"import {modules}, sys; print('ctranslate2' in sys.modules)"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert found.stdout.strip() == "False", found.stderr

@@ -12,16 +12,17 @@ import torch
 from conftest import PAIRS, write_jsonl
 from test_train import tiny_config
 
-from mt import checkpoint, finetune
-from mt.config import load_config
-from mt.corpus import normalize
-from mt.data import prepare
-from mt.engine import open_translator
+from mt import checkpoint
+from mt.config_file import load_config
+from mt.data.corpus import normalize
+from mt.data.prepare import prepare
+from mt.decoding.engine import open_translator
+from mt.decoding.scoring import score_ids, score_pairs
+from mt.decoding.translate import source_ids, translate_ids
 from mt.errors import ConfigError
-from mt.finetune import FROZEN
-from mt.score import score_ids, score_pairs
-from mt.train import Trainer, train
-from mt.translate import source_ids, translate_ids
+from mt.training import finetune
+from mt.training.finetune import FROZEN
+from mt.training.trainer import Trainer, train
 
 # the new domain: pairs the old model never saw
 NEW_PAIRS = [(f"I have {n} red cats.", f"Tengo {n} gatos rojos.") for n in range(40)]

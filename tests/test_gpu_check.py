@@ -46,7 +46,7 @@ def test_peak_of_known_gpus():
 def test_pairs_of_a_packed_batch_are_counted_as_padded_ones_are():
     from test_packing import batches, corpus
 
-    from mt.batches import collate
+    from mt.data.batches import collate
 
     split = corpus()
     packed = batches(split)

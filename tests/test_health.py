@@ -12,10 +12,12 @@ import pytest
 import torch
 from test_train import metric_lines
 
-from mt import checkpoint, health
-from mt.config import Config, load_config
+from mt import checkpoint
+from mt.config import Config
+from mt.config_file import load_config
 from mt.errors import ConfigError
-from mt.health import (
+from mt.training import health
+from mt.training.health import (
     Checks,
     Vitals,
     check_gradients,

@@ -4,9 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import mt.loss
-from mt.loss import smoothed_loss
-from mt.tokenizer import PAD
+import mt.training.loss
+from mt.data.tokenizer import PAD
+from mt.training.loss import smoothed_loss
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -27,7 +27,7 @@ def test_the_loss_in_chunks_is_the_loss_in_one_piece(monkeypatch, dtype):
         x,
     )
     for chunk in (11 * 35, 11 * 3):  # one piece; chunks of 3 rows, the last one shorter
-        monkeypatch.setattr(mt.loss, "CHUNK", chunk)
+        monkeypatch.setattr(mt.training.loss, "CHUNK", chunk)
         x = logits.to(dtype).requires_grad_()
         loss, nll = smoothed_loss(x, target, 0.1)
         (grad,) = torch.autograd.grad(loss * 3.0, x)  # a scale, as 1 / tokens is

@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from mt.config import ModelConfig
-from mt.decode import greedy
+from mt.data.tokenizer import BOS, EOS, PAD
+from mt.decoding.search import greedy
 from mt.model import Dropout, Transformer
-from mt.tokenizer import BOS, EOS, PAD
 
 VOCAB = 24
 

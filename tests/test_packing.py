@@ -8,14 +8,15 @@ import torch
 from torch._dynamo.testing import CompileCounter
 
 import mt.model
-from mt.batches import collate
-from mt.config import Config, ModelConfig, apply_override, check_config
+from mt.config import Config, ModelConfig, check_config
+from mt.config_file import apply_override
+from mt.data.batches import collate
+from mt.data.packing import PackedBatch, collate_packed, pack_rows, row_length
+from mt.data.store import Split
+from mt.data.tokenizer import BOS, EOS, PAD
 from mt.errors import ConfigError
-from mt.loss import smoothed_loss
 from mt.model import Transformer
-from mt.packing import PackedBatch, collate_packed, pack_rows, row_length
-from mt.store import Split
-from mt.tokenizer import BOS, EOS, PAD
+from mt.training.loss import smoothed_loss
 
 VOCAB, LENGTH, ROWS = 40, 16, 3
 

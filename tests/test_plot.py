@@ -12,8 +12,8 @@ from conftest import PAIRS, write_jsonl
 from test_train import tiny_config
 
 from mt import checkpoint
-from mt.plot import _labels
-from mt.train import train
+from mt.training.plot import _labels
+from mt.training.trainer import train
 
 try:
     import matplotlib  # noqa: F401

@@ -12,15 +12,15 @@ from test_packing import batches, corpus, tensors, tiny_model
 from test_train import metric_lines, tiny_config, weights
 
 import mt.device
-import mt.rehearsal
+import mt.training.rehearsal
 from mt import checkpoint
 from mt.config import DecodeConfig
+from mt.decoding.translate import translate_ids
 from mt.device import precision_for
-from mt.loss import smoothed_loss
-from mt.rehearsal import measure_precision
-from mt.schedule import learning_rate
-from mt.train import train
-from mt.translate import translate_ids
+from mt.training.loss import smoothed_loss
+from mt.training.rehearsal import measure_precision
+from mt.training.schedule import learning_rate
+from mt.training.trainer import train
 
 CPU, CUDA, MPS = torch.device("cpu"), torch.device("cuda", 0), torch.device("mps")
 
@@ -96,7 +96,7 @@ def test_auto_precision_on_a_cpu_is_measured_by_the_clock(fp32_s, bf16_s, chosen
 def test_a_run_records_what_auto_measured_and_a_resume_keeps_it(
     corpus_file, tmp_path, capsys, monkeypatch, faster, chosen
 ):
-    monkeypatch.setattr(mt.rehearsal, "FASTER", faster)  # bf16 wins whatever / never
+    monkeypatch.setattr(mt.training.rehearsal, "FASTER", faster)  # bf16 wins whatever / never
     run = tmp_path / "run"
     common = ("train.precision=auto", "train.save_every=3", "train.eval_every=100")
     train(tiny_config(corpus_file, run, "train.max_steps=3", *common))
@@ -105,7 +105,9 @@ def test_a_run_records_what_auto_measured_and_a_resume_keeps_it(
     (record,) = [m for m in metric_lines(run) if m["kind"] == "precision"]
     assert record["precision"] == chosen and record["step"] == 0
     assert record["fp32_tokens_per_s"] > 0 and record["bf16_tokens_per_s"] > 0
-    monkeypatch.setattr(mt.rehearsal, "FASTER", 1e9 - faster)  # the other way now: not asked
+    monkeypatch.setattr(
+        mt.training.rehearsal, "FASTER", 1e9 - faster
+    )  # the other way now: not asked
     train(tiny_config(corpus_file, run, "train.max_steps=5", *common))
     assert f"precision: auto: {chosen}, as measured when the run started" in (
         capsys.readouterr().err

@@ -13,7 +13,7 @@ from conftest import EMPTY_PAIRS, HELD_OUT, PAIRS, needs_shared, prepare_args, r
 from tokenizers import Tokenizer
 
 import mt
-from mt.config import load_config
+from mt.config_file import load_config
 
 STAT_KEYS = {"fingerprint", "pairs", "dropped", "tokens", "vocab_size", "round_trip"}
 

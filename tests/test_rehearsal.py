@@ -6,8 +6,8 @@ import torch
 from test_packing import batches, corpus, tensors, tiny_model
 
 from mt.errors import ConfigError
-from mt.loss import smoothed_loss
-from mt.rehearsal import Rehearsal, compiles, fitting_rows, on_every_rank, rehearse
+from mt.training.loss import smoothed_loss
+from mt.training.rehearsal import Rehearsal, compiles, fitting_rows, on_every_rank, rehearse
 
 
 def test_compiled_by_default_on_cuda_with_packed_batches_only():
@@ -63,7 +63,7 @@ def test_a_block_mask_that_fails_leaves_a_warning_and_dense_masks(monkeypatch):
     """FlexAttention's block masks, where they cannot be made (injected here: FlexAttention
     allowed on the CPU, and create_block_mask raising), cost the run its compiled step, not
     the run: it trains uncompiled, by dense masks, and says so in one line."""
-    import mt.model
+    import mt.packed_attention
 
     model = tiny_model()
     batch = tensors(batches(corpus())[0])
@@ -74,8 +74,8 @@ def test_a_block_mask_that_fails_leaves_a_warning_and_dense_masks(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("injected: no block mask")
 
-    monkeypatch.setattr(mt.model, "flex_refusal", lambda *args, **kwargs: "")
-    monkeypatch.setattr(mt.model, "create_block_mask", broken)
+    monkeypatch.setattr(mt.packed_attention, "flex_refusal", lambda *args, **kwargs: "")
+    monkeypatch.setattr(mt.packed_attention, "create_block_mask", broken)
     compile_ = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, backend="eager"))
     said = []

@@ -17,8 +17,8 @@ from test_train import tiny_config, weights
 from mt import checkpoint
 from mt.config import Config, TrainConfig
 from mt.errors import ConfigError
-from mt.schedule import Horizon, fit_horizon, learning_rate, time_fitted, warmup_updates
-from mt.train import Trainer
+from mt.training.schedule import Horizon, fit_horizon, learning_rate, time_fitted, warmup_updates
+from mt.training.trainer import Trainer
 
 
 def decaying(schedule: str, norm_first: bool = True, **train) -> Config:
@@ -141,7 +141,7 @@ def test_a_session_starts_by_refusing_a_spent_budget_or_refitting_a_grown_one():
 
 
 def test_config_errors_of_a_budget():
-    from mt.config import load_config
+    from mt.config_file import load_config
 
     base = ["data.source=hub", "train.schedule=cosine", "train.max_steps=0"]
     with pytest.raises(

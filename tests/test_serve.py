@@ -25,9 +25,11 @@ from test_train import tiny_config
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from mt import serve
-from mt.engine import Translator, open_translator
-from mt.train import train
+from mt.decoding.engine import Translator, open_translator
+from mt.serve import app as serve_app
+from mt.serve.batcher import Service, Settings
+from mt.serve.requests import FORM_TYPE, JSON_TYPE
+from mt.training.trainer import train
 
 SENTENCES = ["Hello.", "I love you.", "Where is the station?", "The coffee is hot.", "Let's go!"]
 
@@ -48,9 +50,9 @@ def loader(model: Path) -> Callable[[], Translator]:
 @contextmanager
 def serving(open_model: Callable[[], Translator], **settings):
     """An in-process server on a free port: (its URL, its Service)."""
-    service = serve.Service(open_model, serve.Settings(**settings))
-    sock = serve.listen("127.0.0.1", 0)
-    server = serve.server(serve.create_app(service))
+    service = Service(open_model, Settings(**settings))
+    sock = serve_app.listen("127.0.0.1", 0)
+    server = serve_app.server(serve_app.create_app(service))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -64,7 +66,7 @@ def call(
     address: str,
     path: str,
     body: dict | bytes | None = None,
-    content_type: str = serve.JSON_TYPE,
+    content_type: str = JSON_TYPE,
     method: str | None = None,
 ) -> tuple[int, dict | list, dict]:
     """(status, JSON answer, headers) of one request."""
@@ -87,13 +89,13 @@ def wait_ready(address: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(model: Path) -> Iterator[tuple[str, serve.Service]]:
+def server(model: Path) -> Iterator[tuple[str, Service]]:
     with serving(loader(model), batch_wait_ms=50) as (address, service):
         wait_ready(address)
         yield address, service
 
 
-def expected(service: serve.Service, texts: list[str], beam: int, nbest: int) -> list:
+def expected(service: Service, texts: list[str], beam: int, nbest: int) -> list:
     """What mt translate's own function gives for `texts` decoded alone."""
     decode = dataclasses.replace(service.translator.config.decode, beam=beam, nbest=nbest)
     return [service.translator.translate_nbest([t], decode)[0] for t in texts]
@@ -123,7 +125,7 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
 
     # libretranslatepy posts a form; greedy search has no score
     form = b"q=Hello.&source=en&target=es&api_key=&beam=1"
-    status, answer, _ = call(address, "/translate", form, serve.FORM_TYPE)
+    status, answer, _ = call(address, "/translate", form, FORM_TYPE)
     assert status == 200
     assert answer["translatedText"] == expected(service, ["Hello."], 1, 1)[0][0][0]
     assert answer["scores"] == [None]
@@ -264,7 +266,7 @@ ONLY_SOURCE = b'--B\r\nContent-Disposition: form-data; name="source"\r\n\r\nen\r
         (*multipart("a.txt", b"Hi.", colour="red"), 400, "unknown field 'colour'"),
         (ONLY_SOURCE, "multipart/form-data; boundary=B", 400, "Invalid request: missing file"),
         (b"--B\r\nbroken", "multipart/form-data; boundary=B", 400, "body is not valid multipart"),
-        (b"q=Hi.", serve.FORM_TYPE, 415, "Content-Type: expected multipart/form-data"),
+        (b"q=Hi.", FORM_TYPE, 415, "Content-Type: expected multipart/form-data"),
     ],
 )
 def test_translate_file_refuses_what_it_cannot_translate(
@@ -290,30 +292,30 @@ def test_detect_and_download_refusals(server):
 
 
 BAD = [  # body, content type, status, the message's start
-    ({"q": ""}, serve.JSON_TYPE, 400, "q: empty text"),
-    ({"q": ["Hello.", "  "]}, serve.JSON_TYPE, 400, "q[1]: empty text"),
-    ({"q": []}, serve.JSON_TYPE, 400, "q: empty list"),
-    ({}, serve.JSON_TYPE, 400, "q: missing"),
-    ({"q": 3}, serve.JSON_TYPE, 400, "q: expected a string or a list of strings, got a number"),
-    ({"q": ["a", None]}, serve.JSON_TYPE, 400, "q: expected a string or a list of strings"),
-    ({"q": "a", "alternatives": "2"}, serve.JSON_TYPE, 400, "alternatives: expected an integer"),
-    ({"q": "a", "beam": True}, serve.JSON_TYPE, 400, "beam: expected an integer, got true"),
-    ({"q": "a", "beam": 99}, serve.JSON_TYPE, 400, "beam: 99 is out of range (1 to 16)"),
-    ({"q": "a", "beam": 2, "alternatives": 2}, serve.JSON_TYPE, 400, "alternatives: 2 needs"),
-    ({"q": "a", "colour": "red"}, serve.JSON_TYPE, 400, "unknown field 'colour'"),
-    ({"q": "a", "source": "fr"}, serve.JSON_TYPE, 400, "source: 'fr' is not served"),
-    ({"q": "a", "target": "de"}, serve.JSON_TYPE, 400, "target: 'de' is not served"),
-    ({"q": "a", "format": "html"}, serve.JSON_TYPE, 400, "format: 'html' is not served"),
-    (b'["q"]', serve.JSON_TYPE, 400, "body: expected a JSON object, got a list"),
-    (b'{"q": "a"', serve.JSON_TYPE, 400, "body is not valid JSON"),
-    (b"[" * 100_000, serve.JSON_TYPE, 400, "body is not valid JSON: nested too deeply"),
-    (b'{"q": "caf\xe9"}', serve.JSON_TYPE, 400, "body is not UTF-8 (byte 10)"),
-    (b"q=caf%E9", serve.FORM_TYPE, 400, "body is not UTF-8 (byte 3 of a value)"),
-    (b"q=a&alternatives=two", serve.FORM_TYPE, 400, "alternatives: expected an integer"),
+    ({"q": ""}, JSON_TYPE, 400, "q: empty text"),
+    ({"q": ["Hello.", "  "]}, JSON_TYPE, 400, "q[1]: empty text"),
+    ({"q": []}, JSON_TYPE, 400, "q: empty list"),
+    ({}, JSON_TYPE, 400, "q: missing"),
+    ({"q": 3}, JSON_TYPE, 400, "q: expected a string or a list of strings, got a number"),
+    ({"q": ["a", None]}, JSON_TYPE, 400, "q: expected a string or a list of strings"),
+    ({"q": "a", "alternatives": "2"}, JSON_TYPE, 400, "alternatives: expected an integer"),
+    ({"q": "a", "beam": True}, JSON_TYPE, 400, "beam: expected an integer, got true"),
+    ({"q": "a", "beam": 99}, JSON_TYPE, 400, "beam: 99 is out of range (1 to 16)"),
+    ({"q": "a", "beam": 2, "alternatives": 2}, JSON_TYPE, 400, "alternatives: 2 needs"),
+    ({"q": "a", "colour": "red"}, JSON_TYPE, 400, "unknown field 'colour'"),
+    ({"q": "a", "source": "fr"}, JSON_TYPE, 400, "source: 'fr' is not served"),
+    ({"q": "a", "target": "de"}, JSON_TYPE, 400, "target: 'de' is not served"),
+    ({"q": "a", "format": "html"}, JSON_TYPE, 400, "format: 'html' is not served"),
+    (b'["q"]', JSON_TYPE, 400, "body: expected a JSON object, got a list"),
+    (b'{"q": "a"', JSON_TYPE, 400, "body is not valid JSON"),
+    (b"[" * 100_000, JSON_TYPE, 400, "body is not valid JSON: nested too deeply"),
+    (b'{"q": "caf\xe9"}', JSON_TYPE, 400, "body is not UTF-8 (byte 10)"),
+    (b"q=caf%E9", FORM_TYPE, 400, "body is not UTF-8 (byte 3 of a value)"),
+    (b"q=a&alternatives=two", FORM_TYPE, 400, "alternatives: expected an integer"),
     ({"q": "a"}, "text/plain", 415, "Content-Type: expected application/json"),
-    ({"q": "a" * 1001}, serve.JSON_TYPE, 413, "q[0]: 1001 characters, at most 1000"),
-    ({"q": ["Hello."] * 10_000}, serve.JSON_TYPE, 413, "q: 10000 texts, at most 64"),
-    ({"q": "word " * 600_000}, serve.JSON_TYPE, 413, "body of 3,000,009 bytes or more"),
+    ({"q": "a" * 1001}, JSON_TYPE, 413, "q[0]: 1001 characters, at most 1000"),
+    ({"q": ["Hello."] * 10_000}, JSON_TYPE, 413, "q: 10000 texts, at most 64"),
+    ({"q": "word " * 600_000}, JSON_TYPE, 413, "body of 3,000,009 bytes or more"),
 ]
 
 
@@ -384,7 +386,8 @@ def test_loading_and_busy_answer_503_with_retry_after(model):
 
 def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
     pytest.importorskip("ctranslate2")
-    from mt import export
+    from mt.converters import ctranslate2 as export
+    from mt.decoding import ct2
 
     folder = export.export(model, tmp_path / "ct2")
     with serving(lambda: open_translator(folder, device="cpu")) as served:
@@ -394,7 +397,7 @@ def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
         assert (info["engine"], info["model"], info["step"]) == ("ctranslate2", "ct2", 60)
         _, answer, _ = call(address, "/translate", {"q": SENTENCES, "alternatives": 1})
     decode = dataclasses.replace(service.translator.config.decode, nbest=2)
-    want = export.translate_nbest(service.translator.exported, SENTENCES, decode)
+    want = ct2.translate_nbest(service.translator.exported, SENTENCES, decode)
     assert answer["translatedText"] == [hyps[0][0] for hyps in want]
     assert answer["alternatives"] == [[hyps[1][0]] for hyps in want]
 

@@ -11,10 +11,11 @@ import torch
 from conftest import HELD_OUT, PAIRS, TATOEBA_TRAIN, prepare_args
 
 from mt import checkpoint
-from mt import tokenizer as tok
-from mt.config import TokenizerConfig, load_config
-from mt.corpus import normalize
-from mt.train import train
+from mt.config import TokenizerConfig
+from mt.config_file import load_config
+from mt.data import tokenizer as tok
+from mt.data.corpus import normalize
+from mt.training.trainer import train
 
 
 def texts_for_test(limit: int) -> list[str]:

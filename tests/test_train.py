@@ -18,12 +18,13 @@ import torch.nn.functional as F
 from conftest import HELD_OUT, mt_executable
 
 from mt import checkpoint
-from mt.config import Config, load_config
+from mt.config import Config
+from mt.config_file import load_config
+from mt.data.tokenizer import PAD
 from mt.errors import ConfigError, Unhealthy
-from mt.loss import smoothed_loss
-from mt.schedule import learning_rate
-from mt.tokenizer import PAD
-from mt.train import Trainer, train
+from mt.training.loss import smoothed_loss
+from mt.training.schedule import learning_rate
+from mt.training.trainer import Trainer, train
 
 
 def tiny_config(corpus: Path, run_dir: Path, *overrides: str) -> Config:
@@ -168,11 +169,11 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(corpus_file, tmp_
 
 def test_a_resumed_run_keeps_the_batches_it_was_trained_on(corpus_file, tmp_path, monkeypatch):
     """Packed by `train.pack: auto` on CUDA, resumed on a CPU (where auto pads): still packed."""
-    import mt.train
+    import mt.training.trainer
 
     run, args = tmp_path / "run", ("train.max_steps=2", "train.max_tokens=240")
     with monkeypatch.context() as cuda:
-        cuda.setattr(mt.train, "row_length", lambda config, device_type: 80)
+        cuda.setattr(mt.training.trainer, "row_length", lambda config, device_type: 80)
         train(tiny_config(corpus_file, run, *args))
     assert Trainer(tiny_config(corpus_file, run, *args)).batches.pack_length == 80
 
@@ -245,7 +246,7 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
     run = tmp_path / "run"
     train(tiny_config(corpus_file, run, "train.max_steps=2"))
     good = weights(run)
-    import mt.update as mt_update
+    import mt.training.update as mt_update
 
     real = mt_update.smoothed_loss
     calls = {"n": 0}
@@ -375,8 +376,8 @@ def test_max_epochs_ends_with_the_last_batch_of_the_epoch(corpus_file, tmp_path)
 
 def test_stop_reason_has_one_fixed_priority():
     from mt.config import TrainConfig
-    from mt.state import TrainState
-    from mt.train import stop_reason
+    from mt.training.state import TrainState
+    from mt.training.trainer import stop_reason
 
     t = TrainConfig(max_steps=5, max_minutes=1, patience=2)
     state = TrainState(step=5)
@@ -432,9 +433,9 @@ def test_validation_loss_keeps_eos_of_cut_sentences():
     import numpy as np
 
     from mt.config import ModelConfig
+    from mt.data.store import Split
     from mt.model import Transformer
-    from mt.store import Split
-    from mt.validate import validation_loss
+    from mt.training.validation import validation_loss
 
     model = Transformer(ModelConfig(d_model=16, heads=2, d_ff=32, max_positions=6), 50, 50).eval()
     lengths = [3, 9, 5]  # 9 > max_positions - 1: cut to 5, and EOS still counted
@@ -466,7 +467,7 @@ def test_training_without_any_limit_is_refused_before_anything_is_written(corpus
 
 
 def test_a_trainer_state_saved_before_the_typed_records_still_loads():
-    from mt.state import TrainState
+    from mt.training.state import TrainState
 
     old = {"step": 9, "epoch": 2, "batch": 3, "horizon": 40, "update_times": [1.0, 2.0],
            "validate_s": 4.0, "save_s": 5.0, "fitted_at": 6.0, "target_tokens": 99,
@@ -480,7 +481,7 @@ def test_a_trainer_state_saved_before_the_typed_records_still_loads():
 
 
 def test_the_state_keeps_the_best_bleu_and_counts_patience_from_it():
-    from mt.state import TrainState
+    from mt.training.state import TrainState
 
     state, seen = TrainState(), []
     for bleu in (10.0, 12.0, 12.0, 11.0, 13.0, 9.0):
@@ -491,8 +492,8 @@ def test_the_state_keeps_the_best_bleu_and_counts_patience_from_it():
 
 
 def test_a_log_window_averages_over_its_updates_and_starts_over():
-    from mt.metrics import Window
-    from mt.update import Update
+    from mt.training.metrics import Window
+    from mt.training.update import Update
 
     window = Window()  # 2 updates: a resumed run's first window is short of train.log_every
     for loss in (2.0, 4.0):
@@ -504,7 +505,7 @@ def test_a_log_window_averages_over_its_updates_and_starts_over():
 
 
 def test_generator_states_saved_by_the_ranks_restore_the_same_draws():
-    from mt.ranks import Ranks
+    from mt.training.ranks import Ranks
 
     ranks = Ranks("cpu")
     torch.manual_seed(7)

@@ -1,0 +1,49 @@
+"""The `mt` command line: `prepare`, `train`, `average` and `plot` make a model
+(mt.cli.training); `translate`, `evaluate`, `score`, `attention`, `export` and `serve` use one
+(mt.cli.decoding).
+
+Every command takes `--config FILE` and `--set section.key=value` overrides. Errors a person
+can fix print one line on stderr and exit non-zero (2 for usage and configuration errors);
+MT_DEBUG=1 prints their traceback too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import typer
+
+from ..errors import MtError
+from . import decoding, training  # noqa: F401  (their commands join the app)
+from .app import app
+
+
+def main() -> None:
+    """The one error boundary: an expected failure (MtError, a usage error) is one stderr line
+    `mt: error: ...` and its exit status (2 for usage, configuration and input errors); with
+    MT_DEBUG=1 its traceback comes first. Anything else is a bug and keeps its traceback."""
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer's own click
+
+    try:
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as e:  # plain `mt`: the help, as before
+        e.show()
+        code = e.exit_code
+    except UsageError as e:  # unknown option, missing argument, bad value
+        code = _fail(e.format_message(), 2)
+    except typer.Abort:  # end of input at a prompt
+        code = _fail("interrupted", 130)
+    except MtError as e:
+        code = _fail(str(e), e.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int) -> int:
+    if os.environ.get("MT_DEBUG") == "1":
+        traceback.print_exc()
+    # one write, newline included: lines of ranks that fail at once never run together
+    sys.stderr.write(f"mt: error: {' '.join(message.split())}\n")
+    sys.stderr.flush()
+    return code

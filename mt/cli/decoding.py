@@ -1,0 +1,327 @@
+"""The commands that use a model: `mt translate`, `mt evaluate`, `mt score`, `mt attention`,
+`mt export` and `mt serve`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import ConfigError
+from ..serve.batcher import (
+    Settings as ServeSettings,  # its defaults are the options'; no server deps
+)
+from .app import app
+
+
+def _open(
+    checkpoint: str | None,
+    config: str | None,
+    overrides: list[str] | None,
+    device: str,
+    engine: str = "torch",
+    threads: int = 0,
+    **options: int | None,
+):
+    """The translator of a decoding command: --set decode.* and then the command's own
+    options (--beam ...) over the model's decode section."""
+    from ..decoding.engine import decode_options, open_translator
+
+    decode = [*(overrides or []), *decode_options(**options)]
+    return open_translator(checkpoint, engine, device, threads, decode, config)
+
+
+EngineOption = Annotated[
+    str,
+    typer.Option(
+        help="auto (ctranslate2 for a folder from mt export, else torch), torch or ctranslate2."
+    ),
+]
+ThreadsOption = Annotated[
+    int, typer.Option(help="CPU threads of the ctranslate2 engine; 0: its default.")
+]
+
+
+CheckpointOption = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoint",
+        help="Run folder (its best, else last), checkpoint folder or "
+        "weights file. Default: the newest run under ./runs.",
+    ),
+]
+DecodeConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--config", "-c", help="A config whose decode section applies (default: the checkpoint's)."
+    ),
+]
+DecodeSetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="Override a decoding key: decode.key=value. Repeatable."),
+]
+BeamOption = Annotated[int | None, typer.Option(help="Beam size (decode.beam); 1 is greedy.")]
+BatchTokensOption = Annotated[
+    int | None,
+    typer.Option("--batch-tokens", help="Source tokens a batch (decode.batch_tokens)."),
+]
+DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
+
+
+@app.command(name="translate")
+def translate_command(
+    texts: Annotated[list[str] | None, typer.Argument(help="English sentences.")] = None,
+    file: Annotated[
+        str | None, typer.Option("--file", "-f", help="One sentence a line; - for stdin.")
+    ] = None,
+    checkpoint: CheckpointOption = None,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
+    beam: BeamOption = None,
+    nbest: Annotated[
+        int | None,
+        typer.Option(help="Translations per input (decode.nbest): index, rank, score, text."),
+    ] = None,
+    batch_tokens: BatchTokensOption = None,
+    device: DeviceOption = "auto",
+    engine: EngineOption = "auto",
+    threads: ThreadsOption = 0,
+) -> None:
+    """Translate English to Spanish: arguments, a file, stdin, or an interactive prompt.
+
+    With --nbest N > 1 each line is INDEX<TAB>RANK<TAB>SCORE<TAB>TRANSLATION (INDEX from 0,
+    RANK from 1, SCORE the length-normalised log-probability).
+    """
+    lines, interactive = _input_lines(texts, file)
+    translator = _open(
+        checkpoint,
+        config,
+        set_,
+        device,
+        engine,
+        threads,
+        beam=beam,
+        nbest=nbest,
+        batch_tokens=batch_tokens,
+    )
+    if not interactive:
+        _print_translations(translator, lines)
+        return
+    typer.echo(f"mt: translating with {translator.path} (Ctrl-D to quit)", err=True)
+    while True:
+        typer.echo("en> ", err=True, nl=False)  # the prompt is not output: stderr
+        line = sys.stdin.readline()
+        if not line:
+            typer.echo(err=True)
+            return
+        _print_translations(translator, [line.rstrip("\n")])
+
+
+def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], bool]:
+    """The sentences to translate, and whether to prompt for them instead (no input given,
+    stdin a terminal)."""
+    from ..data.corpus import read_lines
+
+    if texts and file:
+        raise ConfigError("give sentences as arguments or --file, not both")
+    lines = list(texts or [])
+    if file:
+        lines = read_lines(file, "--file")
+    interactive = not lines and not file and sys.stdin.isatty()
+    if not lines and not file and not interactive:
+        lines = read_lines("-", "stdin")
+    return lines, interactive
+
+
+def _print_translations(translator, batch: list[str]) -> None:
+    """Each translation on a line, or with --nbest N > 1: INDEX, RANK, SCORE, TRANSLATION."""
+    found = translator.translate_nbest(batch, progress=len(batch) > 100)
+    for i, hyps in enumerate(found):
+        if translator.config.decode.nbest == 1:
+            typer.echo(hyps[0][0])
+        else:
+            for rank, (text, score) in enumerate(hyps, start=1):
+                typer.echo(f"{i}\t{rank}\t{score:.4f}\t{text}")
+
+
+@app.command(name="evaluate")
+def evaluate_command(
+    checkpoint: Annotated[
+        str,
+        typer.Argument(help="Run folder, checkpoint folder or file, or a folder from mt export."),
+    ],
+    split: Annotated[
+        str, typer.Option(help="The run's own split to decode: test or valid.")
+    ] = "test",
+    pairs: Annotated[
+        str | None,
+        typer.Option(help="External pairs in any corpus format (.jsonl, .csv, .parquet ...)."),
+    ] = None,
+    src: Annotated[str | None, typer.Option(help="External source file, one per line.")] = None,
+    ref: Annotated[str | None, typer.Option(help="Its references, one per line.")] = None,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
+    beam: BeamOption = None,
+    out: Annotated[str | None, typer.Option(help="Write the hypotheses to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    batch_tokens: BatchTokensOption = None,
+    device: DeviceOption = "auto",
+    engine: EngineOption = "auto",
+    threads: ThreadsOption = 0,
+) -> None:
+    """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
+    from ..decoding.evaluate import evaluate, evaluation_set
+    from ..files import atomic_write_text
+
+    translator = _open(
+        checkpoint, config, set_, device, engine, threads, beam=beam, batch_tokens=batch_tokens
+    )
+    # an exported folder evaluates on the split of the run it was exported from
+    found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
+    result, hypotheses = evaluate(translator, *found)
+    if out:
+        atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
+    if as_json:
+        typer.echo(json.dumps(result, ensure_ascii=False))
+    else:
+        typer.echo(
+            f"{result['data']}: {result['sentences']} sentences, beam {result['beam']}, "
+            f"{result['seconds']:.1f} s ({result['sentences_per_s']:.1f} sentences/s)\n"
+            f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
+            f"chrF {result['chrf']:.2f}  {result['chrf_signature']}"
+        )
+
+
+@app.command(name="score")
+def score_command(
+    checkpoint: Annotated[str, typer.Argument(help="Run folder, checkpoint folder or file.")],
+    pairs: Annotated[
+        str, typer.Option(help="The pairs to score, in any corpus format (.jsonl, .csv ...).")
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object a pair.")] = False,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
+    batch_tokens: BatchTokensOption = None,
+    device: DeviceOption = "auto",
+) -> None:
+    """Print the model's log-probability of each pair's translation given its source.
+
+    Each line is LOGPROB<TAB>PER_TOKEN<TAB>SCORE for a pair, in order: the total over the
+    target's tokens and EOS, per token, and length-normalised as beam search ranks
+    (decode.alpha). With --json, an object a line with the pair and its token count too.
+    """
+    from ..data.corpus import read_pairs
+
+    if not Path(pairs).is_file():
+        raise ConfigError(f"--pairs {pairs}: no such file")
+    translator = _open(checkpoint, config, set_, device, "torch", batch_tokens=batch_tokens)
+    found = read_pairs([pairs], translator.config.data, "--pairs")
+    scores = translator.score(found)
+    for (src, tgt), s in zip(found, scores):
+        if as_json:
+            row = {"src": src, "tgt": tgt, **dataclasses.asdict(s)}
+            typer.echo(json.dumps(row, ensure_ascii=False))
+        else:
+            typer.echo(f"{s.logprob:.4f}\t{s.per_token:.4f}\t{s.score:.4f}")
+
+
+@app.command(name="export")
+def export_command(
+    checkpoint: Annotated[
+        str, typer.Argument(help="Run folder (its best, else last), checkpoint folder or file.")
+    ],
+    out: Annotated[str, typer.Option(help="The folder to write.")],
+    fmt: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
+    quantization: Annotated[
+        str, typer.Option(help="int8, int8_float32, bfloat16, float16 or float32.")
+    ] = "float32",
+    force: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
+) -> None:
+    r"""Export a checkpoint (or mt average's output) for serving with CTranslate2.
+
+    The folder holds the CT2 model, the tokenizers and mt.json; mt translate and mt evaluate
+    accept it. Needs ctranslate2: pip install 'mt\[export]'.
+    """
+    from ..converters.ctranslate2 import export
+
+    command = shlex.join(["mt", *sys.argv[1:]])
+    typer.echo(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}", err=True)
+
+
+# The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.
+
+
+@app.command(name="attention")
+def attention_command(
+    checkpoint: Annotated[str, typer.Argument(help="Run folder, checkpoint folder or file.")],
+    sentence: Annotated[str, typer.Argument(help="The English sentence to translate.")],
+    layer: Annotated[
+        int, typer.Option(help="Decoder layer: 1 is the first, -1 (default) the last.")
+    ] = -1,
+    kind: Annotated[
+        str, typer.Option(help="cross (output vs source tokens) or self (output vs output).")
+    ] = "cross",
+    out: Annotated[str, typer.Option(help="The PNG to write.")] = "attention.png",
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
+    device: DeviceOption = "auto",
+) -> None:
+    r"""Translate a sentence (greedy search) and draw each head's attention of a decoder layer.
+
+    Prints the translation on stdout and the PNG's path on stderr. Needs matplotlib:
+    pip install 'mt\[plot]'.
+    """
+    from ..training.plot import plot_attention
+
+    translator = _open(checkpoint, config, set_, device)
+    translation, path = plot_attention(translator, sentence, out, layer=layer, kind=kind)
+    typer.echo(translation)
+    typer.echo(f"wrote {path}", err=True)
+
+
+@app.command(name="serve")
+def serve_command(
+    checkpoint: Annotated[
+        str | None,
+        typer.Argument(
+            help="Run folder, checkpoint folder or file, or a folder from mt export. "
+            "Default: the newest run under ./runs."
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one.")] = 8000,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
+    device: DeviceOption = "auto",
+    engine: EngineOption = "auto",
+    threads: ThreadsOption = 0,
+    max_chars: Annotated[
+        int, typer.Option(help="Characters a text may have (413 beyond).")
+    ] = ServeSettings.max_chars,
+    max_texts: Annotated[
+        int, typer.Option(help="Texts a request may hold (413 beyond).")
+    ] = ServeSettings.max_texts,
+    max_requests: Annotated[
+        int, typer.Option(help="Requests waiting or decoding at once (503 beyond).")
+    ] = ServeSettings.max_requests,
+    batch_texts: Annotated[
+        int, typer.Option(help="Texts of concurrent requests one decoder batch gathers at most.")
+    ] = ServeSettings.batch_texts,
+    batch_wait_ms: Annotated[
+        float, typer.Option(help="How long a batch waits for more requests after its first.")
+    ] = ServeSettings.batch_wait_ms,
+) -> None:
+    r"""Serve translations over HTTP: LibreTranslate's JSON API and a page.
+
+    Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
+    and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'.
+    """
+    from ..serve.app import run
+
+    settings = ServeSettings(max_chars, max_texts, max_requests, batch_texts, batch_wait_ms)
+    run(lambda: _open(checkpoint, config, set_, device, engine, threads), settings, host, port)

@@ -1,0 +1,1 @@
+"""Converters: a trained model written in another toolkit's format (`mt export`)."""

@@ -1,0 +1,159 @@
+"""Convert a checkpoint to a CTranslate2 folder (`mt export --format ctranslate2`).
+
+The CT2 model is built from our weights through CT2's own spec API (TransformerSpec): post-
+or pre-norm as trained, our sinusoid table (sin and cos interleaved, not CT2's concatenated
+default) as the position encodings, embeddings scaled by sqrt(d_model), tied matrices stored
+once, EOS appended to every source as our encoder expects, BOS `<s>` starting the decoder,
+and the vocabulary as token strings. The folder also holds the tokenizers and `mt.json`; the
+runtime that translates with it is `mt.decoding.ct2`.
+
+`ctranslate2` is an optional extra (pip install 'mt[export]'), imported only when used.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig
+from ..data import tokenizer as tok
+from ..data.tokenizer import SPECIAL_TOKENS
+from ..decoding.ct2 import MANIFEST, MANIFEST_FORMAT, ctranslate2, known_bleu, vocabulary
+from ..errors import ConfigError
+from ..files import atomic_path
+
+FORMATS = ("ctranslate2",)
+QUANTIZATIONS = ("int8", "int8_float32", "bfloat16", "float16", "float32")
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which mt.model uses; CT2's is 1e-6
+ACTIVATIONS = ("relu", "gelu")  # ours that CT2 has (its GELU is the exact, erf one, as torch's)
+
+
+def unsupported(cfg: ModelConfig) -> str | None:
+    """Why CT2 cannot represent a model of this config, or None if it can."""
+    if cfg.activation not in ACTIVATIONS:
+        return f"model.activation={cfg.activation} (CT2 export supports {', '.join(ACTIVATIONS)})"
+    return None
+
+
+def export(
+    checkpoint: str | Path,
+    out: str | Path,
+    fmt: str = "ctranslate2",
+    quantization: str = "float32",
+    force: bool = False,
+    command: str | None = None,
+) -> Path:
+    """Write the exported folder `out` atomically and return its path; `command`, the
+    command line that asked for it, goes to mt.json."""
+    from .. import checkpoint as ckpt
+
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt}: unknown (known: {', '.join(FORMATS)})")
+    if quantization not in QUANTIZATIONS:
+        raise ConfigError(
+            f"--quantization {quantization}: unknown (known: {', '.join(QUANTIZATIONS)})"
+        )
+    out = Path(out)
+    if out.exists() and not force:
+        raise ConfigError(f"{out}: already exists (pass --force to replace it)")
+    file = ckpt.resolve(checkpoint)
+    why = unsupported(ckpt.read_config(file).model)
+    if why:
+        raise ConfigError(f"{file}: CTranslate2 cannot represent {why}")
+    ctranslate2()
+    loaded = ckpt.load(file)
+    spec = transformer_spec(loaded)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    cfg = loaded.config
+    src_file, tgt_file = tok.tokenizer_files(
+        Path(), cfg.data.src_lang, cfg.data.tgt_lang, cfg.tokenizer.joint
+    )
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "engine": fmt,
+        "quantization": quantization,
+        "checkpoint": str(file.resolve()),
+        "step": int(loaded.metadata.get("step", 0)),
+        "bleu": known_bleu(loaded.metadata),
+        "command": command,
+        "src_tokenizer": str(src_file),
+        "tgt_tokenizer": str(tgt_file),
+        "config": cfg.to_dict(),
+    }
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        spec.save(str(tmp))
+        loaded.src_tokenizer.save(str(tmp / src_file))
+        if tgt_file != src_file:
+            loaded.tgt_tokenizer.save(str(tmp / tgt_file))
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def transformer_spec(loaded: Any) -> Any:
+    """CT2's TransformerSpec filled with the weights of `loaded` (a `checkpoint.Loaded`)."""
+    from ctranslate2.specs import common_spec
+    from ctranslate2.specs.transformer_spec import TransformerSpec
+
+    model, cfg = loaded.model, loaded.config.model
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    spec = TransformerSpec.from_config(
+        (cfg.encoder_layers, cfg.decoder_layers),
+        cfg.heads,
+        pre_norm=cfg.norm_first,
+        activation=activation[cfg.activation],
+    )
+    pe = model.pe.float().numpy()
+    enc, dec = spec.encoder, spec.decoder
+    enc.embeddings[0].weight = _array(model.src_embed.weight)
+    enc.position_encodings.encodings = pe
+    for layer_spec, layer in zip(enc.layer, model.encoder):
+        _linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv)  # q, k, v fused
+        _linear(layer_spec.self_attention.linear[1], layer.self_attn.out)
+        _norm(layer_spec.self_attention.layer_norm, layer.norms[0])
+        _ffn(layer_spec.ffn, layer, 1)
+    dec.embeddings.weight = _array(model.tgt_embed.weight)
+    dec.position_encodings.encodings = pe
+    dec.projection.weight = _array(model.out.weight)
+    for layer_spec, layer in zip(dec.layer, model.decoder):
+        _linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv)
+        _linear(layer_spec.self_attention.linear[1], layer.self_attn.out)
+        _norm(layer_spec.self_attention.layer_norm, layer.norms[0])
+        _linear(layer_spec.attention.linear[0], layer.cross_attn.q)
+        _linear(layer_spec.attention.linear[1], layer.cross_attn.kv)  # k, v fused
+        _linear(layer_spec.attention.linear[2], layer.cross_attn.out)
+        _norm(layer_spec.attention.layer_norm, layer.norms[1])
+        _ffn(layer_spec.ffn, layer, 2)
+    if cfg.norm_first:  # pre-norm: the stacks end with a LayerNorm
+        _norm(enc.layer_norm, model.encoder_norm)
+        _norm(dec.layer_norm, model.decoder_norm)
+    _, bos, eos, unk = SPECIAL_TOKENS
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = bos, eos, unk
+    spec.config.decoder_start_token = bos
+    spec.config.add_source_eos = True  # our encoder reads the source ids and EOS
+    spec.register_source_vocabulary(vocabulary(loaded.src_tokenizer))
+    spec.register_target_vocabulary(vocabulary(loaded.tgt_tokenizer))
+    return spec
+
+
+def _array(tensor: Any) -> Any:
+    return tensor.detach().float().numpy()
+
+
+def _linear(spec: Any, linear: Any) -> None:
+    spec.weight = _array(linear.weight)
+    if linear.bias is not None:
+        spec.bias = _array(linear.bias)
+
+
+def _norm(spec: Any, norm: Any) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _ffn(spec: Any, layer: Any, norm_index: int) -> None:
+    _linear(spec.linear_0, layer.ff[0])
+    _linear(spec.linear_1, layer.ff[2])
+    _norm(spec.layer_norm, layer.norms[norm_index])

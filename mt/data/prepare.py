@@ -1,0 +1,429 @@
+"""The prepare pipeline behind `mt prepare` and the start of `mt train`, in bounded memory:
+the corpus streams through in chunks (`corpus.CHUNK` pairs), read three times.
+
+    scan:   normalise every pair; hash it (64 bits, for duplicates) and its source sentence
+            (seeded, for the held-out cut); 16 bytes a pair are all that is kept
+    decide: a code per pair: empty, duplicate, valid, test, train, or train in the sample
+    sample: read the seeded sample of train, learn BPE or unigram from it (or take the
+            tokenizers of train.init)
+    encode: normalise again, encode in large batches (`data.workers` processes), filter train
+            by length and ratio, append to the token store (mt.data.store)
+
+The scan and the decisions are `mt.data.scan`; the worker processes `mt.data.workers`.
+
+The store lives in `<run.dir>/data/`, keyed by a fingerprint of everything that shapes it,
+so a second run reuses it and a changed setting rebuilds it; it is built in a temporary
+folder that replaces the old one only when complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from ..config import Config, DataConfig
+from ..config_file import dump_config
+from ..errors import ConfigError, MtError
+from ..files import atomic_path, atomic_write_text, remove
+from ..run_folder import CONFIG, README, RUN_README, data_dir
+from . import tokenizer as tok
+from .corpus import (
+    SPLITS,
+    Chunk,
+    Corpus,
+    Pair,
+    corpora,
+    entry_files,
+    normalize,
+    read_pairs_jsonl,
+)
+from .old_corpus import Base, old_corpus
+from .scan import (
+    DUPLICATE,
+    HELD_OUT,
+    SAMPLED,
+    TEST,
+    TRAIN,
+    VALID,
+    clean,
+    decide,
+    held_out_ranges,
+    merge,
+    sample,
+    scan,
+)
+from .store import Sentences, Split, SplitWriter, open_split, token_dtype
+from .workers import Meter, worker_tokenizers, workers
+
+CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
+
+
+@dataclass
+class Prepared:
+    splits: dict[str, Split]
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    stats: dict[str, Any]
+    reused: bool
+
+
+def fingerprint(config: Config) -> str:
+    """Hash of everything that shapes the prepared data: settings, seed and input files
+    (not data.workers: any number of them writes the same store)."""
+    data = config.data
+    inputs: dict[str, Any] = {
+        "version": CACHE_VERSION,
+        "seed": config.run.seed,
+        "data": {k: v for k, v in dataclasses.asdict(data).items() if k != "workers"},
+        # dropout does not shape the cache; bpe hashes as it did before tokenizer.model existed
+        "tokenizer": {
+            k: v
+            for k, v in dataclasses.asdict(config.tokenizer).items()
+            if k != "dropout" and (k, v) != ("model", "bpe")
+        },
+    }
+    if config.train.init:  # its tokenizers, and its corpus where old_share mixes some in
+        inputs["init"] = [config.train.init, config.train.old_share]
+    if data.source == "files":
+        inputs["files"] = {
+            name: [
+                _file_id(f) for e in getattr(data.files, name) or [] for f in entry_files(e, data)
+            ]
+            for name in SPLITS
+        }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def inputs_of(config: Config) -> dict[str, Any]:
+    """What a run's weights are bound to: the data fingerprint and the sha256 of each tokenizer
+    file in the run folder (None where absent). Saved with every checkpoint; a resume compares
+    them before anything is rebuilt, so a changed corpus never re-learns the vocabulary under
+    trained weights."""
+    files = tok.tokenizer_files(
+        Path(config.run.dir), config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
+    )
+    return {
+        "data_fingerprint": fingerprint(config),
+        "tokenizers": {p.name: _sha256(p.read_bytes()) if p.is_file() else None for p in files},
+    }
+
+
+def prepare(
+    config: Config,
+    rebuild: bool = False,
+    write: bool = True,
+    base: Callable[[Config], Base | None] | None = None,
+) -> Prepared:
+    """Load the cached data of this config, or build and cache it; then (with `write`, which
+    only one process of a run may do) describe the run folder: config.yaml and README.md.
+    Nothing is written before the data step has succeeded. `base` (`finetune.base`) reads a
+    fine-tuned run's starting point, only when the cache is built: a resumed run that reuses
+    it does not need train.init's checkpoint."""
+    run_dir = Path(config.run.dir)
+    cache = data_dir(run_dir)
+    fp = fingerprint(config)
+    tok_files = tok.tokenizer_files(
+        run_dir, config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
+    )
+    prepared = None if rebuild else _load_cache(cache, fp, tok_files)
+    if prepared is None and not write:
+        raise MtError(f"{cache}: no prepared data for this config; run mt prepare first")
+    if prepared is None:
+        prepared = _build_cache(config, fp, cache, tok_files, base)
+    if write:
+        atomic_write_text(run_dir / CONFIG, dump_config(config))
+        atomic_write_text(run_dir / README, RUN_README.format(tokenizer=tok_files[0].name))
+    return prepared
+
+
+def _build_cache(
+    config: Config,
+    fp: str,
+    cache: Path,
+    tok_files: tuple[Path, Path],
+    base: Callable[[Config], Base | None] | None,
+) -> Prepared:
+    """Build the store in a temporary folder that replaces `cache` when complete, then the
+    tokenizer files; a failure leaves no run folder that was not there before."""
+    created = not cache.parent.exists()
+    try:
+        with atomic_path(cache) as tmp:
+            tmp.mkdir()
+            meta, tokenizers = _build(config, fp, tmp, base(config) if base else None)
+            texts = [t.to_str(pretty=True) for t in tokenizers]
+            meta["tokenizers"] = {p.name: _sha256(t.encode()) for p, t in zip(tok_files, texts)}
+            (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
+        if created:
+            remove(cache.parent)
+        raise
+    for path, text in zip(tok_files, texts):  # after the store: a failure leaves it stale
+        atomic_write_text(path, text)
+    prepared = _load_cache(cache, fp, tok_files)
+    if prepared is None:
+        raise MtError(f"{cache}: the data just prepared cannot be read back")
+    prepared.reused = False
+    return prepared
+
+
+def _build(
+    config: Config, fp: str, folder: Path, base: Base | None
+) -> tuple[dict[str, Any], tuple[Tokenizer, Tokenizer]]:
+    """Write the store into `folder`; its description (meta.json) and the tokenizers."""
+    data, seed = config.data, config.run.seed
+    found = corpora(data)
+    train = found.pop("train")
+    watched = {f: _file_id(f) for c in [*train, *itertools.chain(*found.values())] for f in c.files}
+    drops = {"empty": 0}
+    held = {  # given whole: small
+        name: clean(
+            [pair for c in found[name] for chunk in c.read() for pair in zip(*chunk)], drops
+        )
+        for name in HELD_OUT
+        if name in found
+    }
+    with workers(data.workers) as run:
+        scanned = scan(train, run, seed)
+        cut = held_out_ranges(
+            scanned, {n: getattr(data, f"{n}_size") for n in HELD_OUT if n not in held}
+        )
+        if base and config.train.old_share:
+            kept = int(np.count_nonzero(decide(scanned, cut) == TRAIN))
+            train.append(old_corpus(base.data, config, kept, cut, held))
+            scanned = merge(scanned, scan(train[-1:], run, seed))
+    _check_unchanged(watched)
+    codes, raw = decide(scanned, cut), scanned["raw"]
+    drops["empty"] += len(codes) - int(np.count_nonzero(scanned["nonempty"]))
+    drops["duplicate"] = int(np.count_nonzero(codes == DUPLICATE))
+    del scanned
+    if not np.any(codes == TRAIN):
+        raise MtError("no training pairs are left after cleaning")
+    sample(codes, config.tokenizer.sample, seed)
+    tokenizers = base.tokenizers if base else _train_tokenizers(train, codes, raw, config)
+    layout, sizes, cut_pairs = _encode(train, codes, raw, tokenizers, data, folder, drops)
+    _check_unchanged(watched)
+    held = {**cut_pairs, **held}
+    store = {"train": layout}
+    store.update({n: _write_held_out(folder, n, held[n], tokenizers) for n in HELD_OUT})
+    stats = _stats(fp, store, drops, held, tokenizers)
+    return {"fingerprint": fp, "stats": stats, "store": store, "corpora": sizes}, tokenizers
+
+
+def _stats(
+    fp: str,
+    store: dict[str, Any],
+    drops: dict[str, int],
+    held: dict[str, list[Pair]],
+    toks: tuple[Tokenizer, Tokenizer],
+) -> dict[str, Any]:
+    texts = [[pair[i] for name in HELD_OUT for pair in held[name]] for i in (0, 1)]
+    return {
+        "fingerprint": fp,
+        "pairs": {name: store[name]["pairs"] for name in SPLITS},
+        "dropped": drops,
+        "tokens": {name: store[name]["tokens"] for name in SPLITS},
+        "vocab_size": {"src": toks[0].get_vocab_size(), "tgt": toks[1].get_vocab_size()},
+        "round_trip": {
+            "src": tok.round_trip_rate(toks[0], texts[0]),
+            "tgt": tok.round_trip_rate(toks[1], texts[1]),
+            "sentences": len(texts[0]) + len(texts[1]),
+        },
+    }
+
+
+def _train_tokenizers(
+    train: list[Corpus], codes: np.ndarray, raw: list[int], config: Config
+) -> tuple[Tokenizer, Tokenizer]:
+    """Pass 2: the sample's text, read in corpus order, then the tokenizers learnt from it."""
+    src, tgt = [], []
+    meter = Meter("sample", len(codes))
+    for _, (raw_src, raw_tgt), part in _coded(train, codes, raw):
+        for i in np.flatnonzero(part == SAMPLED).tolist():
+            src.append(normalize(raw_src[i]))
+            tgt.append(normalize(raw_tgt[i]))
+        meter.update(len(part))
+    meter.close()
+    return tok.train_tokenizers(src, tgt, config.tokenizer)
+
+
+def _encode(
+    train: list[Corpus],
+    codes: np.ndarray,
+    raw: list[int],
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    data: DataConfig,
+    folder: Path,
+    drops: dict[str, int],
+) -> tuple[dict[str, Any], list[list[Any]], dict[str, list[Pair]]]:
+    """Pass 3, in `data.workers` processes: train encoded into the store, filtered by length
+    and ratio; its layout, each corpus's (pairs, weight), and the held-out pairs cut."""
+    writer = SplitWriter(folder, "train", _store_dtype(tokenizers))
+    held: dict[str, list[Pair]] = {name: [] for name in HELD_OUT}
+    sizes = [[0, corpus.weight] for corpus in train]
+    meter = Meter("encode", len(codes))
+    drops.update(too_long=0, ratio=0)
+    limits = data.max_length, data.max_ratio
+    with workers(data.workers, tokenizers) as run:
+        work = ((chunk, part, *limits, i) for i, chunk, part in _coded(train, codes, raw))
+        for out in run(_encode_chunk, work):
+            writer.append(out["train"])
+            sizes[out["corpus"]][0] += len(out["train"]["src"][1])
+            for key in ("too_long", "ratio"):
+                drops[key] += out[key]
+            for name in HELD_OUT:
+                held[name] += out[name]
+            meter.update(out["pairs"])
+    meter.close()
+    return writer.close(), sizes, held
+
+
+def _coded(
+    train: list[Corpus], codes: np.ndarray, raw: list[int]
+) -> Iterator[tuple[int, Chunk, np.ndarray]]:
+    """Each corpus's chunks again, with their pairs' codes; a corpus that does not give as
+    many pairs as it did in the scan changed meanwhile."""
+    at = 0
+    for i, (corpus, count) in enumerate(zip(train, raw)):
+        seen = 0
+        for chunk in corpus.read():
+            seen += len(chunk[0])
+            if seen > count:
+                break
+            yield i, chunk, codes[at : at + len(chunk[0])]
+            at += len(chunk[0])
+        if seen != count:
+            raise ConfigError(f"{corpus.name}: {_CHANGED}")
+
+
+_CHANGED = "changed while it was being prepared; prepare again"
+
+
+def _check_unchanged(watched: dict[str, list[Any]]) -> None:
+    for file, seen in watched.items():
+        if _file_id(file) != seen:
+            raise ConfigError(f"data.files: {file}: {_CHANGED}")
+
+
+def _encode_chunk(
+    chunk: Chunk, codes: np.ndarray, max_length: int, max_ratio: float, corpus: int
+) -> dict[str, Any]:
+    """A chunk's training pairs encoded (flat ids and lengths a side), filtered by length and
+    ratio; its held-out pairs as text."""
+    picked = {code: np.flatnonzero(codes == code).tolist() for code in (VALID, TEST)}
+    train = np.flatnonzero((codes == TRAIN) | (codes == SAMPLED)).tolist()
+    texts = [[normalize(side[i]) for i in train] for side in chunk]
+    sides = [_flat(tok.encode(t, side)) for t, side in zip(worker_tokenizers(), texts)]
+    drops: dict[str, int] = {}
+    keep = np.flatnonzero(_length_filter(sides[0][1], sides[1][1], max_length, max_ratio, drops))
+    out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops, "train": {}}
+    for name, (flat, lengths) in zip(("src", "tgt"), sides):
+        out["train"][name] = Sentences(flat, np.concatenate(([0], np.cumsum(lengths)))).take(keep)
+    for name, code in HELD_OUT.items():
+        out[name] = [(normalize(chunk[0][i]), normalize(chunk[1][i])) for i in picked[code]]
+    return out
+
+
+def _flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded sentences (`tokenizers` gives lists) as one int32 array and their lengths."""
+    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+    return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
+
+
+def _store_dtype(tokenizers: tuple[Tokenizer, Tokenizer]) -> np.dtype:
+    return token_dtype(max(t.get_vocab_size() for t in tokenizers))
+
+
+def _length_filter(
+    src_len: np.ndarray, tgt_len: np.ndarray, max_length: int, max_ratio: float, drops: dict
+) -> np.ndarray:
+    """Which pairs are within the length and ratio limits; the rest are counted in drops."""
+    too_long = (src_len > max_length) | (tgt_len > max_length)
+    ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
+    bad_ratio = ~too_long & (ratio > max_ratio)
+    drops["too_long"] = int(too_long.sum())
+    drops["ratio"] = int(bad_ratio.sum())
+    return ~(too_long | bad_ratio)
+
+
+def _write_held_out(
+    folder: Path, name: str, pairs: list[Pair], tokenizers: tuple[Tokenizer, Tokenizer]
+) -> dict[str, Any]:
+    """A held-out split (small): its ids into the store, its text beside."""
+    writer = SplitWriter(folder, name, _store_dtype(tokenizers))
+    sides = {}
+    for side, tokenizer, texts in zip(
+        ("src", "tgt"), tokenizers, zip(*pairs) if pairs else ([], [])
+    ):
+        sides[side] = _flat(tok.encode(tokenizer, texts))
+    writer.append(sides)
+    with open(folder / f"{name}.jsonl", "w", encoding="utf-8") as f:
+        for src, tgt in pairs:
+            f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
+    return writer.close()
+
+
+def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split] | None:
+    """With tokenizer.dropout: epoch -> the training pairs segmented anew by BPE-dropout, a
+    function of (run.seed, epoch) alone, so that a resumed run (or another process) redoes an
+    epoch exactly. A pair that comes out longer than data.max_length keeps its usual ids.
+    None without dropout."""
+    if not config.tokenizer.dropout:
+        return None
+    train, limit = prepared.splits["train"], config.data.max_length
+    pairs = ((prepared.src_tokenizer, train.src), (prepared.tgt_tokenizer, train.tgt))
+    sides = [tok.BpeDropout(tokenizer, config.tokenizer.dropout, ids) for tokenizer, ids in pairs]
+
+    def epoch_split(epoch: int) -> Split:
+        rng = np.random.default_rng([config.run.seed, epoch, 1])  # not token_batches' stream
+        src, tgt = (side.sample(rng) for side in sides)
+        fits = (src.lengths() <= limit) & (tgt.lengths() <= limit)  # else as encoded
+        return Split(
+            Sentences.mixed(src, train.src, fits),
+            Sentences.mixed(tgt, train.tgt, fits),
+            corpora=train.corpora,
+        )
+
+    return epoch_split
+
+
+def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared | None:
+    try:
+        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+        if meta["fingerprint"] != fp or any(
+            not p.is_file() or _sha256(p.read_bytes()) != meta["tokenizers"].get(p.name)
+            for p in tok_files
+        ):
+            return None
+        splits = {name: open_split(cache, name, meta["store"][name]) for name in SPLITS}
+        for name in HELD_OUT:
+            pairs = read_pairs_jsonl(cache / f"{name}.jsonl", "src", "tgt")
+            splits[name].src_text = [src for src, _ in pairs]
+            splits[name].tgt_text = [tgt for _, tgt in pairs]
+            if len(pairs) != len(splits[name]):
+                return None
+        splits["train"].corpora = [(int(n), w) for n, w in meta["corpora"]]
+        src_tok, tgt_tok = (Tokenizer.from_file(str(p)) for p in tok_files)
+    except (OSError, KeyError, ValueError, TypeError, EOFError, MtError):
+        return None  # missing or damaged cache: rebuild it
+    return Prepared(splits, src_tok, tgt_tok, meta["stats"], reused=True)
+
+
+def _file_id(path: str) -> list[Any]:
+    try:
+        stat = Path(path).stat()
+    except OSError as e:
+        raise ConfigError(f"data.files: {path}: {e.strerror}") from None
+    return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

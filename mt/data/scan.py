@@ -1,0 +1,132 @@
+"""The first passes of prepare over the corpus: each pair's hash (64 bits, for duplicates)
+and its source sentence's (seeded, for the held-out cut), 16 bytes a pair; then what becomes
+of each pair (empty, duplicate, valid, test, train, or train in the tokenizers' sample).
+
+Valid and test, when cut from train, are the pairs whose source hash is among the smallest:
+every pair of a source sentence has the same hash, so no source of valid or test is in train,
+and the cut is chosen from the sorted hashes of the corpus's distinct pairs to give
+data.valid_size and data.test_size pairs (fewer by the rest of a group at a boundary).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from .corpus import Chunk, Corpus, Pair, normalize
+from .workers import Meter
+
+TRAIN, VALID, TEST, SAMPLED, EMPTY, DUPLICATE = range(6)  # what becomes of a pair
+HELD_OUT = {"valid": VALID, "test": TEST}
+
+
+def source_key(text: str) -> str:
+    """What makes two source sentences 'the same' for leakage: case and spacing ignored."""
+    return " ".join(text.casefold().split())
+
+
+def clean(pairs: Sequence[Pair], drops: dict[str, int]) -> list[Pair]:
+    """Normalise both sides; drop pairs with an empty side (counted in drops['empty'])."""
+    kept = []
+    for src, tgt in pairs:
+        src, tgt = normalize(src), normalize(tgt)
+        if src and tgt:
+            kept.append((src, tgt))
+    drops["empty"] = drops.get("empty", 0) + len(pairs) - len(kept)
+    return kept
+
+
+def dedup(pairs: Sequence[Pair]) -> list[Pair]:
+    """Exact duplicate pairs removed, first occurrence kept."""
+    return list(dict.fromkeys(pairs))
+
+
+def scan(train: list[Corpus], run: Callable, seed: int) -> dict[str, Any]:
+    """Pass 1: per raw pair whether it has text on both sides; per such pair its hash and its
+    source's (seeded); and how many raw pairs each corpus has."""
+    parts, raw = [], []
+    meter = Meter("scan", None)
+    for corpus in train:
+        count = 0
+        for part in run(scan_chunk, ((chunk, seed) for chunk in corpus.read())):
+            parts.append(part)
+            count += len(part[0])
+            meter.update(len(part[0]))
+        raw.append(count)
+    meter.close()
+    kinds = (bool, np.uint64, np.uint64)
+    nonempty, pair, src = (
+        np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, kind)
+        for k, kind in enumerate(kinds)
+    )
+    return {"nonempty": nonempty, "pair": pair, "src": src, "raw": raw, "first": _first(pair)}
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = {k: np.concatenate([a[k], b[k]]) for k in ("nonempty", "pair", "src")}
+    return {**out, "raw": a["raw"] + b["raw"], "first": _first(out["pair"])}
+
+
+def _first(hashes: np.ndarray) -> np.ndarray:
+    """Whether each pair is the first with its hash (a stable sort: the first occurrence)."""
+    first = np.zeros(len(hashes), bool)
+    first[np.unique(hashes, return_index=True)[1]] = True
+    return first
+
+
+def held_out_ranges(scanned: dict[str, Any], sizes: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Source-hash ranges [lo, hi) of the held-out splits cut from train: the distinct pairs'
+    source hashes sorted, each split takes the next `size` of them, ending before a hash
+    (a whole source sentence, all its pairs) so that groups are never cut in two."""
+    if not sizes:
+        return {}
+    hashes = np.sort(scanned["src"][scanned["first"]])
+    wanted = sum(sizes.values())
+    if wanted >= len(hashes):
+        names = " + ".join(f"data.{name}_size" for name in sizes)
+        raise ConfigError(
+            f"{names} ({wanted}) is not smaller than the corpus ({len(hashes)} pairs)"
+        )
+    cut, lo, at = {}, 0, 0
+    for name, size in sizes.items():
+        hi = int(hashes[at + size])
+        cut[name], lo, at = (lo, hi), hi, int(np.searchsorted(hashes, hi))
+    return cut
+
+
+def decide(scanned: dict[str, Any], cut: dict[str, tuple[int, int]]) -> np.ndarray:
+    """What becomes of each raw pair: EMPTY, DUPLICATE, VALID, TEST or TRAIN."""
+    first, src = scanned["first"], scanned["src"]
+    inner = np.where(first, TRAIN, DUPLICATE).astype(np.uint8)
+    for name, (lo, hi) in cut.items():
+        inner[first & (src >= lo) & (src < hi)] = HELD_OUT[name]
+    codes = np.full(len(scanned["nonempty"]), EMPTY, np.uint8)
+    codes[scanned["nonempty"]] = inner
+    return codes
+
+
+def sample(codes: np.ndarray, size: int, seed: int) -> None:
+    """Mark a seeded sample of `size` training pairs (all, if fewer) SAMPLED."""
+    train = np.flatnonzero(codes == TRAIN)
+    if len(train) > size:
+        train = train[np.random.default_rng([seed, 3]).choice(len(train), size, replace=False)]
+    codes[train] = SAMPLED
+
+
+def scan_chunk(chunk: Chunk, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Whether each pair has text on both sides; the hashes of those that do, and of their
+    source sentences (keyed by the seed)."""
+    src, tgt = ([normalize(text) for text in side] for side in chunk)
+    nonempty = np.array([bool(s and t) for s, t in zip(src, tgt)], bool)
+    kept = [(s, t) for s, t, k in zip(src, tgt, nonempty.tolist()) if k]
+    pairs = keyed_hashes([f"{s}\t{t}" for s, t in kept], b"")
+    return nonempty, pairs, keyed_hashes([source_key(s) for s, _ in kept], str(seed).encode())
+
+
+def keyed_hashes(texts: list[str], key: bytes) -> np.ndarray:
+    digests = b"".join(hashlib.blake2b(t.encode(), digest_size=8, key=key).digest() for t in texts)
+    return np.frombuffer(digests, "<u8").astype(np.uint64)

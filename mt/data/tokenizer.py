@@ -1,0 +1,190 @@
+"""Byte-level subword tokenizers (BPE or unigram), trained with Hugging Face `tokenizers`;
+seeded BPE-dropout for training.
+
+Both models start from the 256 byte symbols, so every string is encodable without
+`<unk>` and `decode(encode(s)) == s` exactly: no character is ever lost. The special tokens
+`<pad> <s> </s> <unk>` have the fixed ids 0..3 in every vocabulary.
+
+The saved file's post-processor appends `</s>`, so outside `mt`,
+`Tokenizer.from_file(path).encode(text).ids` is exactly what the encoder reads (and, on the
+target side, the reference labels). Inside `mt` the ids are taken without it
+(`add_special_tokens=False`) and the model code adds EOS and BOS where each belongs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+from tokenizers import (
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
+
+from ..config import SPECIAL_TOKENS, TokenizerConfig
+from ..errors import ConfigError
+from .store import Sentences
+
+PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
+
+
+def train_tokenizer(
+    texts: Iterable[str], cfg: TokenizerConfig, length: int | None = None
+) -> Tokenizer:
+    """Learn a byte-level vocabulary of `cfg.vocab_size` symbols from `texts`: BPE merges, or
+    a unigram model (pieces and their probabilities, pruned by EM as SentencePiece does)."""
+    common = dict(
+        vocab_size=cfg.vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=sys.stdout.isatty(),  # it draws on stdout, which is for results
+    )
+    if cfg.model == "unigram":
+        tokenizer = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(unk_token="<unk>", **common)
+    else:
+        tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+        trainer = trainers.BpeTrainer(min_frequency=cfg.min_frequency, **common)
+    tokenizer.normalizer = normalizers.NFC()
+    # add_prefix_space=False keeps decode(encode(s)) == s with no space to strip.
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(texts, trainer, length=length)
+    if tokenizer.get_vocab_size() > cfg.vocab_size:  # unigram keeps every symbol it saw
+        raise ConfigError(
+            f"tokenizer.vocab_size: {cfg.vocab_size} is too small for the {cfg.model} "
+            f"alphabet of this corpus ({tokenizer.get_vocab_size()} symbols were kept); "
+            "raise it"
+        )
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", SPECIAL_TOKENS.index("</s>"))]
+    )
+    assert [tokenizer.token_to_id(t) for t in SPECIAL_TOKENS] == list(range(len(SPECIAL_TOKENS)))
+    return tokenizer
+
+
+def train_tokenizers(
+    src: Sequence[str], tgt: Sequence[str], cfg: TokenizerConfig
+) -> tuple[Tokenizer, Tokenizer]:
+    """One joint tokenizer for both languages (returned twice), or one per language."""
+    if cfg.joint:
+        joint = train_tokenizer([*src, *tgt], cfg, length=len(src) + len(tgt))
+        return joint, joint
+    return train_tokenizer(src, cfg, len(src)), train_tokenizer(tgt, cfg, len(tgt))
+
+
+def tokenizer_files(run_dir: Path, src_lang: str, tgt_lang: str, joint: bool) -> tuple[Path, Path]:
+    """Where a run keeps its tokenizers: tokenizer.json, or tokenizer.<lang>.json each."""
+    if joint:
+        return run_dir / "tokenizer.json", run_dir / "tokenizer.json"
+    return run_dir / f"tokenizer.{src_lang}.json", run_dir / f"tokenizer.{tgt_lang}.json"
+
+
+def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, without BOS or EOS.
+
+    A literal "<s>" or "</s>" in the text is text: it must not become a control token (an EOS
+    inside a source). `tokenizers` does not save that flag in tokenizer.json, so it is set
+    here, where all of mt's encoding happens (the run folder's README tells users to set it).
+    """
+    tokenizer.encode_special_tokens = True
+    return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+
+def decode(tokenizer: Tokenizer, ids: Sequence[Sequence[int]]) -> list[str]:
+    """Natural text of each id sequence; special tokens are dropped."""
+    return tokenizer.decode_batch([list(x) for x in ids], skip_special_tokens=True)
+
+
+def round_trip_rate(tokenizer: Tokenizer, texts: Sequence[str]) -> float:
+    """Fraction of texts that decode back to exactly themselves."""
+    if not texts:
+        return 1.0
+    back = decode(tokenizer, encode(tokenizer, texts))
+    return sum(a == b for a, b in zip(texts, back)) / len(texts)
+
+
+class BpeDropout:
+    """BPE-dropout (Provilkov et al., 2020) of a fixed set of sentences, seeded.
+
+    `tokenizers` has BPE-dropout too, but draws from a generator no seed reaches, so neither a
+    resumed run nor a second run with the same seed could redo an epoch. Here a segmentation is
+    a function of the generator given: each word is rebuilt from its byte symbols and merged
+    as BPE does, the lowest-ranked pair first (leftmost on a tie), except that at every step
+    each candidate merge is skipped with probability `p`; a word whose candidates were all
+    skipped stops there, as in `tokenizers`. With p = 0 this gives `encode`'s ids (tested).
+    All words of a chunk are merged at once, one merge per word per step, in numpy.
+    """
+
+    CHUNK = 1 << 14  # words merged together (a chunk is as wide as its longest word)
+
+    def __init__(self, tokenizer: Tokenizer, p: float, ids: Sequence[Sequence[int]]) -> None:
+        model = json.loads(tokenizer.to_str())["model"]
+        vocab = model["vocab"]
+        pairs = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
+        self.size = tokenizer.get_vocab_size()
+        keys = np.array([vocab[a] * self.size + vocab[b] for a, b in pairs], np.int64)
+        self.order = np.argsort(keys)  # the rank of each sorted key
+        self.keys = keys[self.order]
+        self.merged = np.array([vocab[a + b] for a, b in pairs], np.int64)[self.order]
+        self.p = p
+        # the sentences as words of byte symbols: one flat array, the lengths of its pieces
+        words = [
+            [w for w, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text)]
+            for text in decode(tokenizer, ids)
+        ]
+        self.words_per_sentence = np.fromiter(map(len, words), np.int64, len(words))
+        flat = [w for sentence in words for w in sentence]
+        self.word_lengths = np.fromiter(map(len, flat), np.int64, len(flat))
+        codes = np.frombuffer("".join(flat).encode("utf-32-le"), np.uint32)
+        symbol = np.zeros(max(ord(c) for c in pre_tokenizers.ByteLevel.alphabet()) + 1, np.int64)
+        for char in pre_tokenizers.ByteLevel.alphabet():
+            symbol[ord(char)] = vocab[char]
+        self.symbols = symbol[codes]
+
+    def sample(self, rng: np.random.Generator) -> Sentences:
+        """Every sentence segmented anew: its token ids (int32), in order."""
+        starts = np.concatenate([[0], np.cumsum(self.word_lengths)])
+        tokens, counts = [], []
+        for first in range(0, len(self.word_lengths), self.CHUNK):
+            lengths = self.word_lengths[first : first + self.CHUNK]
+            width = int(lengths.max())
+            rows = np.full((len(lengths), width), -1, np.int64)  # (W, L) symbols, -1 after
+            inside = np.arange(width) < lengths[:, None]
+            rows[inside] = self.symbols[starts[first] : starts[first + len(lengths)]]
+            self._merge(rows, rng)
+            tokens.append(rows[rows >= 0])
+            counts.append((rows >= 0).sum(1))
+        per_word = np.concatenate(counts)
+        ends = np.cumsum(self.words_per_sentence)
+        per_sentence = np.add.reduceat(per_word, ends - self.words_per_sentence)
+        offsets = np.concatenate(([0], np.cumsum(per_sentence)))
+        return Sentences(np.concatenate(tokens).astype(np.int32), offsets)
+
+    def _merge(self, rows: np.ndarray, rng: np.random.Generator) -> None:
+        """Merge the words of `rows` (W, L) in place until no merge is left or taken."""
+        active = np.arange(len(rows))
+        while len(active):
+            left, right = rows[active, :-1], rows[active, 1:]  # (A, L - 1) adjacent pairs
+            key = left * self.size + right
+            at = np.searchsorted(self.keys, key).clip(max=len(self.keys) - 1)
+            rank = np.where((self.keys[at] == key) & (right >= 0), self.order[at], np.inf)
+            if self.p:
+                rank[rng.random(rank.shape) < self.p] = np.inf
+            best = rank.argmin(1)  # (A,) leftmost of the lowest rank
+            go = rank[np.arange(len(active)), best] < np.inf
+            active, best = active[go], best[go]
+            merged = self.merged[at[go, best]]
+            words = rows[active]
+            shifted = np.concatenate([words[:, 1:], np.full((len(words), 1), -1)], 1)
+            words = np.where(np.arange(rows.shape[1]) > best[:, None], shifted, words)
+            words[np.arange(len(words)), best] = merged
+            rows[active] = words

@@ -1,0 +1,178 @@
+"""Translate with a folder from `mt export` (CTranslate2): the runtime behind the
+`ctranslate2` engine.
+
+Decoding maps our options to CT2's: beam, n-best, `decode.alpha`, no-repeat n-grams,
+batches of about `batch_tokens` source tokens. CT2 divides a hypothesis's log-probability by
+L ** alpha, ours by GNMT's ((5 + L) / 6) ** alpha: its hypotheses are rescored with ours
+(greedy search is unaffected; the beam search itself may rarely differ). PAD and BOS are
+never generated, as in ours.
+
+`ctranslate2` is an optional extra (pip install 'mt[export]'), imported only in here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from ..config import Config, DecodeConfig, ModelConfig
+from ..config_file import config_from_dict
+from ..data import tokenizer as tok
+from ..data.tokenizer import SPECIAL_TOKENS
+from ..errors import ConfigError, MtError
+
+MANIFEST = "mt.json"
+MANIFEST_FORMAT = "mt-ctranslate2-1"
+
+
+def ctranslate2() -> Any:
+    """The ctranslate2 module, or a one-line error saying how to install it."""
+    try:
+        import ctranslate2 as ct2
+    except ImportError:
+        raise MtError("ctranslate2 is not installed: pip install 'mt[export]'") from None
+    return ct2
+
+
+def is_exported(path: str | Path) -> bool:
+    """Whether `path` is a folder written by `export`."""
+    return (Path(path) / MANIFEST).is_file()
+
+
+def known_bleu(meta: dict[str, str]) -> float | None:
+    """The validation BLEU the checkpoint recorded (None before any validation or averaged)."""
+    if "averaged" in meta:
+        return None
+    bleu = json.loads(meta.get("best_bleu", "-1"))
+    return bleu if bleu >= 0 else None
+
+
+def vocabulary(tokenizer: Tokenizer) -> list[str]:
+    """The vocabulary as token strings, by id."""
+    tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
+    if tokens[: len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS) or None in tokens:
+        raise ConfigError(f"the vocabulary does not start with {' '.join(SPECIAL_TOKENS)}")
+    return tokens
+
+
+@dataclass
+class Exported:
+    """An exported folder ready to translate: `cfg` is the model config, as Transformer's."""
+
+    translator: Any  # ctranslate2.Translator
+    config: Config
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
+    path: Path
+    manifest: dict[str, Any]
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:  # the lookups of every translation, made once
+        self.src_tokens = vocabulary(self.src_tokenizer)  # CT2 reads tokens, not ids
+        self.tgt_ids = self.tgt_tokenizer.get_vocab()
+
+    @property
+    def cfg(self) -> ModelConfig:  # what translate.source_ids reads from a model
+        return self.config.model
+
+
+def read_config(path: str | Path) -> Config:
+    """The config an exported folder was trained with."""
+    manifest = _manifest(Path(path))
+    return config_from_dict(manifest["config"], f"{Path(path) / MANIFEST} (config)")
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path / MANIFEST}: not readable ({e})") from None
+    if manifest.get("format") != MANIFEST_FORMAT:
+        raise ConfigError(f"{path / MANIFEST}: not an mt export ('{MANIFEST_FORMAT}' expected)")
+    return manifest
+
+
+def load(path: str | Path, device: str = "cpu", threads: int = 0) -> Exported:
+    """An exported folder's translator (`threads` 0: CT2's default) and tokenizers."""
+    ct2 = ctranslate2()
+    path = Path(path)
+    manifest = _manifest(path)
+    config = read_config(path)
+    kind = "cuda" if str(device).startswith("cuda") else "cpu"
+    index = int(str(device).partition(":")[2] or 0)
+    try:
+        translator = ct2.Translator(
+            str(path), device=kind, device_index=index, intra_threads=threads
+        )
+    except (RuntimeError, ValueError) as e:
+        raise ConfigError(f"{path}: CTranslate2 cannot load it ({e})") from None
+    src = Tokenizer.from_file(str(path / manifest["src_tokenizer"]))
+    tgt = Tokenizer.from_file(str(path / manifest["tgt_tokenizer"]))
+    return Exported(translator, config, src, tgt, path, manifest, str(device))
+
+
+def translate_nbest(
+    exported: Exported, texts: Sequence[str], cfg: DecodeConfig
+) -> list[list[tuple[str, float]]]:
+    """As `mt.decoding.translate.translate_nbest`: up to `cfg.nbest` (text, score) pairs per text,
+    best first; the score is the length-normalised log-probability (NaN for greedy search).
+
+    Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
+    limit per call, so each output is cut to its own limit afterwards (exact for greedy).
+    """
+    from ..model import max_length
+    from .translate import decode_batch_tokens, source_ids
+
+    ids = source_ids(exported, exported.src_tokenizer, texts)
+    # as decode.max_output_lengths: the source length counts its EOS
+    limits = [int((len(x) + 1) * cfg.max_len_a + cfg.max_len_b) for x in ids]
+    limits = [min(n, max_length(exported.cfg)) for n in limits]
+    greedy = cfg.beam == 1 and cfg.nbest == 1
+    out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
+    todo = [i for i, x in enumerate(ids) if x]
+    if not todo:
+        return out
+    pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
+    vocab_size = exported.tgt_tokenizer.get_vocab_size()
+    budget = decode_batch_tokens(cfg, exported.cfg, vocab_size, exported.device)
+    results = exported.translator.translate_batch(
+        [[exported.src_tokens[t] for t in ids[i]] for i in todo],
+        max_batch_size=max(1, budget // cfg.beam),  # ours counts a source token a beam
+        batch_type="tokens",
+        beam_size=cfg.beam,
+        num_hypotheses=cfg.nbest if greedy else max(cfg.nbest, cfg.beam),
+        length_penalty=cfg.alpha,
+        no_repeat_ngram_size=cfg.no_repeat_ngram,
+        max_decoding_length=max(limits[i] for i in todo) + 1,  # room for EOS
+        max_input_length=0,  # source_ids cut them already
+        min_decoding_length=0,  # CT2 forbids an empty output by default, renormalising
+        return_scores=not greedy,
+        suppress_sequences=[[pad], [bos]],
+    )
+    for i, result in zip(todo, results):
+        out[i] = _ranked(result, exported, limits[i], cfg, greedy)
+    return out
+
+
+def _ranked(
+    result: Any, exported: Exported, limit: int, cfg: DecodeConfig, greedy: bool
+) -> list[tuple[str, float]]:
+    """One source's CT2 result as up to `cfg.nbest` (text, score) pairs, best first, each
+    output cut to its own length limit."""
+    from .search import length_penalty
+
+    hyps = [[exported.tgt_ids[t] for t in h[:limit]] for h in result.hypotheses]
+    texts = tok.decode(exported.tgt_tokenizer, hyps)
+    if greedy:
+        return [(text, float("nan")) for text in texts]
+    # CT2 ranks by logprob / L ** alpha, L counting EOS: rescored by ours, GNMT's
+    lengths = [len(h) + 1 for h in result.hypotheses]
+    scores = [
+        s * n**cfg.alpha / length_penalty(n, cfg.alpha) for n, s in zip(lengths, result.scores)
+    ]
+    return sorted(zip(texts, scores), key=lambda p: -p[1])[: cfg.nbest]

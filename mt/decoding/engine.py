@@ -1,0 +1,170 @@
+"""One way to decode, whatever holds the model: a `Translator` opened from a run folder, a
+checkpoint or a folder from `mt export`, for every caller (the CLI, `mt serve`, the scripts).
+
+Two engines: torch (our model: mt.decoding.translate, mt.decoding.scoring) and ctranslate2 (an
+exported folder: mt.decoding.ct2). Which one a path needs is decided here and nowhere else;
+callers ask the translator (`translate_nbest`, `score`, `info`, `run_dir`) and never look at
+its type.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import checkpoint as ckpt
+from ..config import Config, DecodeConfig
+from ..config_file import decoding_config
+from ..errors import ConfigError
+from . import ct2
+
+ENGINES = ("auto", "torch", "ctranslate2")
+
+
+class Translator(ABC):
+    """A model ready to decode: `config` is the config to decode with (the model's own, its
+    decode section overridden as asked), `device` where it runs, `path` what was opened."""
+
+    engine: str
+
+    def __init__(self, config: Config, device: Any, path: Path, tokenizers: tuple) -> None:
+        self.config, self.device, self.path = config, device, path
+        self.src_tokenizer, self.tgt_tokenizer = tokenizers
+
+    @abstractmethod
+    def translate_nbest(
+        self, texts: Sequence[str], decode: DecodeConfig | None = None, progress: bool = False
+    ) -> list[list[tuple[str, float]]]:
+        """Up to `decode.nbest` (text, score) pairs per text, best first, in input order; the
+        score is the length-normalised log-probability (NaN for greedy search). `decode`:
+        this translator's own decode section unless given."""
+
+    def translate(
+        self, texts: Sequence[str], decode: DecodeConfig | None = None, progress: bool = False
+    ) -> list[str]:
+        """The best translation of each text, in input order; an empty text gives ""."""
+        return [hyps[0][0] for hyps in self.translate_nbest(texts, decode, progress)]
+
+    def score(self, pairs: Sequence[tuple[str, str]], decode: DecodeConfig | None = None) -> list:
+        """The model's log-probability of each pair's target given its source (`score.Scored`),
+        where the engine computes it."""
+        raise ConfigError(f"{self.path}: the {self.engine} engine cannot score pairs")
+
+    @property
+    @abstractmethod
+    def run_dir(self) -> Path:
+        """The run folder the model was trained in (its data cache holds the test split)."""
+
+    @abstractmethod
+    def _described(self) -> tuple[str, dict[str, Any], float | None]:
+        """(name, metadata with the step, validation BLEU or None)."""
+
+    def info(self) -> dict[str, Any]:
+        """What the model is: name, path, step, validation BLEU, engine, device, languages
+        and config (`mt serve`'s /info)."""
+        name, meta, bleu = self._described()
+        return {
+            "model": name,
+            "path": str(self.path),
+            "step": int(meta.get("step", 0)),
+            "valid_bleu": bleu,
+            "engine": self.engine,
+            "device": str(self.device),
+            "source": self.config.data.src_lang,
+            "target": self.config.data.tgt_lang,
+            "config": self.config.to_dict(),
+        }
+
+
+class TorchTranslator(Translator):
+    """A checkpoint decoded by mt.decoding.translate; `model` is the Transformer."""
+
+    engine = "torch"
+
+    def __init__(self, loaded: ckpt.Loaded, config: Config, device: Any) -> None:
+        super().__init__(config, device, loaded.path, (loaded.src_tokenizer, loaded.tgt_tokenizer))
+        self.model, self.metadata = loaded.model, loaded.metadata
+
+    def translate_nbest(self, texts, decode=None, progress=False):
+        from .translate import translate_nbest
+
+        tokenizers = (self.src_tokenizer, self.tgt_tokenizer)
+        decode = decode or self.config.decode
+        return translate_nbest(self.model, *tokenizers, texts, decode, self.device, progress)
+
+    def score(self, pairs, decode=None):
+        from .scoring import score_pairs
+
+        tokenizers = (self.src_tokenizer, self.tgt_tokenizer)
+        decode = decode or self.config.decode
+        return score_pairs(self.model, *tokenizers, pairs, decode, self.device)
+
+    @property
+    def run_dir(self) -> Path:
+        return ckpt.run_dir_of(self.path, self.config)
+
+    def _described(self):
+        return self.run_dir.name, self.metadata, ct2.known_bleu(self.metadata)
+
+
+class CT2Translator(Translator):
+    """A folder from `mt export` decoded by CTranslate2 (mt.decoding.ct2)."""
+
+    engine = "ctranslate2"
+
+    def __init__(self, exported: ct2.Exported, config: Config, device: Any) -> None:
+        tokenizers = (exported.src_tokenizer, exported.tgt_tokenizer)
+        super().__init__(config, device, exported.path, tokenizers)
+        self.exported, self.manifest = exported, exported.manifest
+
+    def translate_nbest(self, texts, decode=None, progress=False):
+        return ct2.translate_nbest(self.exported, texts, decode or self.config.decode)
+
+    @property
+    def run_dir(self) -> Path:  # the run the export was made from
+        return ckpt.run_dir_of(Path(self.manifest.get("checkpoint", self.path)), self.config)
+
+    def _described(self):
+        return self.path.name, self.manifest, self.manifest.get("bleu")
+
+
+def open_translator(
+    path: str | Path | None = None,
+    engine: str = "auto",
+    device: str = "auto",
+    threads: int = 0,
+    decode: Sequence[str] = (),
+    config: str | Path | None = None,
+) -> Translator:
+    """The translator of `path` (a run folder, a checkpoint folder or file, or a folder from
+    mt export; None: the newest run under ./runs) with `engine` (auto: ctranslate2 for an
+    exported folder, else torch) on `device`. The decode section is the model's own, then
+    `config`'s, then `decode` ("decode.key=value" overrides, as --set takes them): one rule
+    checks them all before the model is loaded. `threads`: CPU threads of ctranslate2 (0:
+    its default)."""
+    from ..device import pick_device
+
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine {engine}: unknown (known: {', '.join(ENGINES)})")
+    path = Path(path) if path is not None else ckpt.newest_run()
+    exported = ct2.is_exported(path)
+    if engine == "auto":
+        engine = "ctranslate2" if exported else "torch"
+    if (engine == "ctranslate2") != exported:
+        raise ConfigError(
+            f"{path}: --engine {engine} needs "
+            + ("a checkpoint, not an exported folder" if exported else "a folder from mt export")
+        )
+    trained = ct2.read_config(path) if exported else ckpt.read_config(path)  # cheap
+    cfg = decoding_config(trained, config, list(decode), device)
+    dev = pick_device(cfg.run.device)
+    if exported:
+        return CT2Translator(ct2.load(path, str(dev), threads), cfg, dev)
+    return TorchTranslator(ckpt.load(path, dev), cfg, dev)
+
+
+def decode_options(**options: Any) -> list[str]:
+    """A command's own decoding options (--beam 5 ...) as overrides; None: not given."""
+    return [f"decode.{key}={value}" for key, value in options.items() if value is not None]

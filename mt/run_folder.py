@@ -1,0 +1,57 @@
+"""The run folder's layout: the one place its names are spelled.
+
+    <run.dir>/README.md          what each file is, for a person (RUN_README)
+    <run.dir>/config.yaml        the resolved config (mt prepare, mt train)
+    <run.dir>/data/              the prepared corpus cache, its splits as JSONL
+    <run.dir>/checkpoints/       step folders and the `best` and `last` links (mt.checkpoint)
+    <run.dir>/metrics.jsonl      the training and validation records (mt.training.metrics)
+    <run.dir>/init.json          where a fine-tuned run started from (mt.training.finetune)
+    <run.dir>/training.png       mt plot's picture
+
+The tokenizer files' names depend on the config: `tokenizer.tokenizer_files` names them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFIG = "config.yaml"
+DATA = "data"
+CHECKPOINTS = "checkpoints"
+BEST, LAST = "best", "last"  # links in CHECKPOINTS
+METRICS = "metrics.jsonl"
+INIT = "init.json"
+PLOT = "training.png"
+README = "README.md"
+
+RUN_README = """\
+# An `mt` run folder
+
+- `config.yaml`: the resolved configuration of the run (every key, defaults included).
+- `{tokenizer}` (and its target-side twin if the vocabularies are separate): the byte-level
+  BPE (or unigram) tokenizer in the standard `tokenizers` format. Outside `mt`:
+
+      tok = tokenizers.Tokenizer.from_file("{tokenizer}")
+      tok.encode_special_tokens = True   # a literal "</s>" in a sentence is text (not saved)
+      ids = tok.encode(sentence).ids     # ends with </s> (id 2): what the encoder reads
+
+  Ids 0-3 are <pad> <s> </s> <unk>. The decoder starts from <s>; `tok.decode(ids)` drops
+  the special tokens.
+- `init.json` (fine-tuned runs only): the checkpoint the run started from.
+- `data/`: the cleaned, split and encoded corpus: per split and side, `*.tokens` (token ids,
+  uint16, or int32 for vocabularies over 65,536) and `*.offsets` (int64, where each sentence
+  begins), for `numpy.memmap`; `valid.jsonl` and `test.jsonl` hold their text; `meta.json`
+  the statistics and the layout.
+- `metrics.jsonl`: one JSON object a line, `"kind": "train"` or `"valid"`.
+- `checkpoints/step-N/`: `model.safetensors` (weights; its metadata holds the config and both
+  tokenizers) and `trainer.pt` (optimiser and position, for an exact resume). `last` and
+  `best` (by validation BLEU) point at step folders.
+"""
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def data_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / DATA

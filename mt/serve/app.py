@@ -1,0 +1,154 @@
+"""`mt serve`: one model kept in memory behind a JSON API and a web page: the Starlette
+application, its access log, the socket and the uvicorn server, and the graceful stop.
+
+The model loads after the port is bound: until it is ready, /health and /translate answer
+503. SIGINT or SIGTERM stops accepting connections, finishes the requests in flight (at most
+`STOP_SECONDS`) and exits 0.
+
+Starlette and uvicorn are an optional extra (pip install 'mt[serve]', with httptools and uvloop,
+which uvicorn picks up: a fifth of the CPU time a request), imported only in the functions
+that run a server: training never imports them.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, MtError
+
+if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays quick
+    from ..decoding.engine import Translator
+
+from .api import Api, error
+from .batcher import STOP_SECONDS, Service, Settings, log
+
+
+def create_app(service: Service) -> Any:
+    """The Starlette application of `service`, its access log included."""
+    from contextlib import asynccontextmanager
+
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.routing import Route
+
+    api = Api(service)
+
+    async def http_error(request: Any, e: HTTPException) -> Any:
+        return error(e.status_code, e.detail)
+
+    async def server_error(request: Any, e: Exception) -> Any:
+        return error(500, "internal error (the server's log has the details)")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        service.start()
+        yield
+        service.stop()
+
+    post = ["POST"]
+    routes = [
+        Route("/", api.index),
+        Route("/health", api.health),
+        Route("/info", api.info),
+        Route("/languages", api.languages),
+        Route("/translate", api.translate, methods=post),
+        Route("/detect", api.detect, methods=post),
+        Route("/frontend/settings", api.frontend_settings),
+        Route("/translate_file", api.translate_file, methods=post),
+        Route("/download_file/{filename}", api.download_file, name="download_file"),
+        Route("/suggest", api.suggest, methods=post),
+    ]
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=lifespan,
+    )
+    return access_log(app)
+
+
+def access_log(app: Any) -> Any:
+    """One stderr line a request: client, method, path, status, texts, milliseconds."""
+
+    async def logged(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        started, status = time.perf_counter(), [0]
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await app(scope, receive, sending)
+        finally:
+            host, port = scope.get("client") or ("-", 0)
+            texts = f" {scope['mt.texts']} texts" if "mt.texts" in scope else ""
+            ms = (time.perf_counter() - started) * 1000
+            log(
+                f'{host}:{port} "{scope["method"]} {scope["path"]}" {status[0] or "-"}'
+                f"{texts} {ms:.0f} ms"
+            )
+
+    return logged
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port and listening (port 0: a free one), or a one-line error."""
+    try:
+        # proto TCP, not 0: asyncio then turns Nagle's algorithm off on each connection, else
+        # an answer written in two parts waits 40 ms for the client's delayed ACK
+        family, kind, proto, _, _ = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as e:
+        raise ConfigError(f"{host}:{port}: cannot listen ({e.strerror or e})") from None
+    return sock
+
+
+def server(app: Any) -> Any:
+    """The uvicorn server of `app`: our access log instead of uvicorn's, its own warnings."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, log_config=None, access_log=False, timeout_graceful_shutdown=STOP_SECONDS
+    )
+    return uvicorn.Server(config)
+
+
+def run(open_model: Callable[[], Translator], settings: Settings, host: str, port: int):
+    """Serve until SIGINT or SIGTERM; the error of a model that failed to load is raised."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise MtError("starlette and uvicorn are not installed: pip install 'mt[serve]'") from None
+    sock = listen(host, port)
+    service = Service(open_model, settings)
+    uv = server(create_app(service))
+    service.on_failure = lambda: setattr(uv, "should_exit", True)
+    stop = uv.handle_exit  # uvicorn's signal handler, which starts the graceful stop
+
+    def stopping(sig: int, frame: Any) -> None:
+        log(f"{signal.Signals(sig).name}: finishing {service.pending} requests, then stopping")
+        stop(sig, frame)
+
+    uv.handle_exit = stopping
+    log(f"loading the model; listening on http://{host}:{sock.getsockname()[1]}/")
+    # uvicorn raises the signal it stopped on again once it has stopped; ignoring that second
+    # one lets a server stopped as asked exit 0
+    previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uv.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if service.error is not None:
+        raise service.error
+    log("stopped")

@@ -1,0 +1,190 @@
+"""The server's decoder: the model opened in a thread of its own, and one decoder thread
+that batches every request's texts.
+
+Every request's texts join one queue, and the decoder thread takes the oldest, then whatever
+else arrives within `batch_wait_ms` (until `batch_texts` texts), and decodes them as one batch
+(one per distinct beam and number of alternatives): under load, requests gather while the
+previous batch decodes, so the decoder sees batches as `mt translate` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays quick
+    import asyncio
+
+    from ..decoding.engine import Translator
+
+STOP_SECONDS = 8  # grace for the requests in flight at SIGTERM: the process is gone within 10 s
+
+
+@dataclass
+class Settings:
+    """The server's limits and batching knobs (`mt serve --help` shows each)."""
+
+    max_chars: int = 1000  # characters a text; longer: 413
+    max_texts: int = 64  # texts a request; more: 413
+    max_requests: int = 256  # requests waiting or decoding at once; more: 503
+    batch_texts: int = 64  # texts a decoder batch gathers at most
+    batch_wait_ms: float = 10.0  # how long a batch waits for more after its first request
+
+    def __post_init__(self) -> None:
+        for key, value in dataclasses.asdict(self).items():
+            least = 0 if key == "batch_wait_ms" else 1  # no wait: each batch takes what is there
+            if value < least:
+                raise ConfigError(f"--{key.replace('_', '-')} {value}: must be at least {least}")
+
+    @property
+    def max_body(self) -> int:
+        """Bytes a request body may take: max_texts texts of max_chars characters, each
+        escaped as JSON at worst (6 bytes: \\uXXXX), and room for the other fields."""
+        return self.max_texts * (self.max_chars * 6 + 8) + 4096
+
+
+class BadRequest(Exception):
+    """A request the server refuses: its HTTP status and a one-line reason."""
+
+    def __init__(self, status: int, message: str, retry: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.retry = status, retry
+
+
+@dataclass
+class Job:
+    """One request's texts on their way through the decoder."""
+
+    texts: list[str]
+    beam: int
+    nbest: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+
+class Service:
+    """The model, opened in a thread of its own, and the decoder thread that batches jobs.
+
+    `open_model()` returns the `engine.Translator` to serve (its decode section is the
+    server's default)."""
+
+    def __init__(self, open_model: Callable[[], Translator], settings: Settings):
+        self.open_model, self.settings = open_model, settings
+        self.translator: Translator | None = None
+        self.info: dict[str, Any] = {}
+        self.error: BaseException | None = None
+        self.on_failure: Callable[[], None] = lambda: None
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.pending = 0  # requests waiting or decoding, counted on the event loop
+        self.batches = self.decoded = 0  # decoder batches so far, and their texts
+
+    @property
+    def ready(self) -> bool:
+        return self.translator is not None
+
+    def start(self) -> None:
+        threading.Thread(target=self._load, name="mt-load", daemon=True).start()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+
+    def _load(self) -> None:
+        started = time.perf_counter()
+        try:
+            translator = self.open_model()
+            translator.translate_nbest(["Hello."])  # warm up the first batch
+        except BaseException as e:  # an MtError to report, or a bug: the server stops either way
+            self.error = e
+            log("the model could not be loaded; stopping")
+            self.on_failure()
+            return
+        self.info = translator.info()
+        threading.Thread(target=self._decode, name="mt-decode", daemon=True).start()
+        self.translator = translator
+        seconds = time.perf_counter() - started
+        log(
+            f"ready in {seconds:.1f} s: {self.info['model']} (step {self.info['step']}), "
+            f"{self.info['engine']} on {self.info['device']}, beam {self.beam}"
+        )
+
+    @property
+    def beam(self) -> int:
+        """The beam of a request that does not say."""
+        return self.translator.config.decode.beam
+
+    def _decode(self) -> None:
+        """Take the oldest job, gather more for up to batch_wait_ms, decode, answer; repeat."""
+        wait, limit = self.settings.batch_wait_ms / 1000, self.settings.batch_texts
+        while (first := self.jobs.get()) is not None:
+            batch, size = [first], len(first.texts)
+            deadline = time.monotonic() + wait
+            while size < limit:
+                try:
+                    job = self.jobs.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    break
+                if job is None:  # stopping: finish this batch first
+                    self.jobs.put(None)
+                    break
+                batch.append(job)
+                size += len(job.texts)
+            groups: dict[tuple[int, int], list[Job]] = {}
+            for job in batch:
+                groups.setdefault((job.beam, job.nbest), []).append(job)
+            for (beam, nbest), jobs in groups.items():
+                self._run(jobs, beam, nbest)
+
+    def _run(self, jobs: list[Job], beam: int, nbest: int) -> None:
+        decode = dataclasses.replace(self.translator.config.decode, beam=beam, nbest=nbest)
+        texts = [text for job in jobs for text in job.texts]
+        self.batches, self.decoded = self.batches + 1, self.decoded + len(texts)
+        try:
+            found = self.translator.translate_nbest(texts, decode)
+        except Exception as e:  # a bug: its requests get a 500, the others go on
+            for job in jobs:
+                job.loop.call_soon_threadsafe(_settle, job.future, None, e)
+            return
+        start = 0
+        for job in jobs:
+            result = found[start : start + len(job.texts)]
+            start += len(job.texts)
+            job.loop.call_soon_threadsafe(_settle, job.future, result, None)
+
+    async def submit(self, texts: list[str], beam: int, nbest: int) -> list:
+        """The n-best (text, score) pairs of each text, decoded in some batch (once ready)."""
+        import asyncio
+
+        if self.pending >= self.settings.max_requests:
+            most = self.settings.max_requests
+            raise BadRequest(
+                503, f"busy: {self.pending} request(s) in flight (--max-requests {most})", True
+            )
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self.pending += 1
+        try:
+            self.jobs.put(Job(texts, beam, nbest, loop, future))
+            return await future
+        finally:
+            self.pending -= 1
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():  # its request was cancelled meanwhile
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} mt serve: {message}", file=sys.stderr, flush=True)

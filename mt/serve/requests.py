@@ -1,0 +1,185 @@
+"""Reading and checking a request: its body within the limits, JSON, form or multipart
+fields, the texts and options of /translate, the file of /translate_file; every refusal a
+`BadRequest` naming the culprit."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from .batcher import BadRequest, Settings
+
+MAX_BEAM = 16
+DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this, so that the
+# client reads our 413 rather than a connection reset
+FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam")
+JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
+MULTIPART_TYPE = "multipart/form-data"
+FILE_FORMATS = (".txt",)  # /translate_file: one text a line
+
+
+def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, target: str):
+    """A /translate request's fields -> (texts, one text or a list, beam, alternatives, auto),
+    or BadRequest naming the culprit. `beam` is the model's default; a form's values are
+    strings, JSON's are typed. Limits are checked by `check_limits`."""
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise BadRequest(400, f"unknown field '{unknown[0]}' (known: {', '.join(FIELDS)})")
+    if "q" not in fields:
+        raise BadRequest(400, "q: missing (the text to translate, or a list of texts)")
+    q = fields["q"]
+    single = isinstance(q, str)
+    texts = [q] if single else q
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise BadRequest(400, f"q: expected a string or a list of strings, got {_kind(q)}")
+    if not texts:
+        raise BadRequest(400, "q: empty list")
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise BadRequest(400, f"q{'' if single else f'[{i}]'}: empty text")
+    check_languages(fields, source, target)
+    if fields.get("format", "text") != "text":
+        raise BadRequest(400, f"format: {fields['format']!r} is not served (only 'text')")
+    alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
+    beam = _integer(fields, "beam", max(beam, alternatives + 1), 1, MAX_BEAM, form)
+    if alternatives >= beam:
+        raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
+    return texts, single, beam, alternatives, fields.get("source") == "auto"
+
+
+def check_languages(fields: dict[str, Any], source: str, target: str) -> None:
+    """`source` (or auto) and `target`, where given, must be the model's."""
+    for key, want in (("source", source), ("target", target)):
+        value = fields.get(key, want)
+        if value != want and not (key == "source" and value == "auto"):
+            raise BadRequest(400, f"{key}: {value!r} is not served (this model: {source}→{target})")
+
+
+def _integer(fields: dict[str, Any], key: str, default: int, low: int, high: int, form: bool):
+    value = fields.get(key, default)
+    if form and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadRequest(400, f"{key}: expected an integer, got {_kind(value)}")
+    if not low <= value <= high:
+        raise BadRequest(400, f"{key}: {value} is out of range ({low} to {high})")
+    return value
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "true or false"}
+    names |= {int: "a number", float: "a number", type(None): "null"}
+    return names[type(value)]
+
+
+def check_limits(texts: list[str], settings: Settings) -> None:
+    if len(texts) > settings.max_texts:
+        raise BadRequest(
+            413, f"q: {len(texts)} texts, at most {settings.max_texts} a request (--max-texts)"
+        )
+    for i, text in enumerate(texts):
+        check_length(text, settings, f"q[{i}]")
+
+
+def check_length(text: str, settings: Settings, where: str) -> None:
+    """413 for a text (`where` names it) longer than --max-chars."""
+    if len(text) > settings.max_chars:
+        most = settings.max_chars
+        raise BadRequest(413, f"{where}: {len(text)} characters, at most {most} (--max-chars)")
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request's body, or 413 past `limit` bytes (read on, and dropped, up to DRAIN_BYTES
+    so that the client reads the 413 rather than a connection reset)."""
+    body, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            if size > DRAIN_BYTES:
+                break
+            continue
+        body.append(chunk)
+    if size > limit:
+        raise BadRequest(413, f"body of {size:,} bytes or more, at most {limit:,}")
+    return b"".join(body)
+
+
+def content_type(request: Any) -> str:
+    return request.headers.get("content-type", "").partition(";")[0].strip().lower()
+
+
+async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any], bool]:
+    """The body of a /translate or /detect request as fields, and whether it was a form."""
+    kind = content_type(request)
+    if kind not in (JSON_TYPE, FORM_TYPE):
+        raise BadRequest(415, f"Content-Type: expected {JSON_TYPE} or {FORM_TYPE}, got {kind!r}")
+    try:
+        text = (await read_body(request, settings.max_body)).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadRequest(400, f"body is not UTF-8 (byte {e.start})") from None
+    if kind == FORM_TYPE:
+        try:
+            pairs = parse_qs(text, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError as e:
+            raise BadRequest(400, f"body is not UTF-8 (byte {e.start} of a value)") from None
+        return {k: v[0] if len(v) == 1 else v for k, v in pairs.items()}, True
+    try:
+        fields = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadRequest(400, f"body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest(400, "body is not valid JSON: nested too deeply") from None
+    if not isinstance(fields, dict):
+        raise BadRequest(400, f"body: expected a JSON object, got {_kind(fields)}")
+    return fields, False
+
+
+async def read_text_file(request: Any, settings: Settings, info: dict) -> tuple[str, list[str]]:
+    """A /translate_file request's file (multipart/form-data: `file`, `source`, `target`,
+    `api_key`): its safe name and its lines; a file that is not .txt UTF-8 text is refused."""
+    if content_type(request) != MULTIPART_TYPE:
+        raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
+    body = await read_body(request, settings.max_body)
+    fields = parse_multipart(request.headers["content-type"], body)
+    unknown = sorted(set(fields) - {"file", "source", "target", "api_key"})
+    if unknown:
+        raise BadRequest(
+            400, f"unknown field '{unknown[0]}' (known: file, source, target, api_key)"
+        )
+    if not fields.get("file", (None,))[0]:  # no file, or one without a name
+        raise BadRequest(400, "Invalid request: missing file parameter")
+    values = {key: value.decode("utf-8", "replace") for key, (_, value) in fields.items()}
+    check_languages(values, info["source"], info["target"])
+    filename, data = fields["file"]
+    name = re.sub(r"[^\w.-]", "_", Path(filename).name).lstrip(".") or "file.txt"
+    if Path(name).suffix.lower() not in FILE_FORMATS:
+        raise BadRequest(
+            400, f"{filename}: file format not supported (only {', '.join(FILE_FORMATS)})"
+        )
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise BadRequest(400, f"{filename}: not UTF-8 text (byte {e.start})") from None
+    for number, line in enumerate(lines, start=1):
+        check_length(line, settings, f"{filename}: line {number}")
+    return name, lines
+
+
+def parse_multipart(kind: str, body: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """multipart/form-data fields: name -> (the file's name or None, the value's bytes)."""
+    from email import message_from_bytes
+    from email.policy import HTTP
+
+    head = f"Content-Type: {kind}\r\n\r\n".encode("latin-1", "replace")
+    message = message_from_bytes(head + body, policy=HTTP)
+    if not message.is_multipart() or message.defects:
+        raise BadRequest(400, "body is not valid multipart/form-data")
+    fields = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            fields[name] = (part.get_filename(), part.get_payload(decode=True) or b"")
+    return fields

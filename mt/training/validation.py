@@ -1,0 +1,90 @@
+"""Validation during training: the loss over the whole valid split, the same with the sources
+shuffled among the sentences (how much the model uses its source), and the greedy BLEU of a
+fixed subset of it, as one metrics record, with a few examples for the person watching."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import Config
+from ..data.batches import collate, token_batches
+from ..data.prepare import Prepared
+from ..data.store import Sentences, Split
+from ..data.tokenizer import PAD
+from ..model import Transformer, max_length
+from .loss import smoothed_loss
+
+
+def validation_record(
+    model: Transformer, data: Prepared, config: Config, device: torch.device
+) -> tuple[dict[str, Any], list[str]]:
+    """The record of a validation (loss, nll, ppl, bleu, sentences) and up to
+    `train.eval_examples` examples (source, reference, hypothesis) to show."""
+    from ..decoding.evaluate import bleu_chrf
+    from ..decoding.translate import translate
+
+    t, valid = config.train, data.splits["valid"]
+    model.eval()
+    loss, nll, _ = validation_loss(model, valid, t.max_tokens, t.label_smoothing, device)
+    shuffled = shuffled_sources(valid, config.run.seed)
+    nll_shuffled = validation_loss(model, shuffled, t.max_tokens, t.label_smoothing, device)[1]
+    subset = validation_subset(len(valid), t.eval_sentences, config.run.seed)
+    sources = [valid.src_text[i] for i in subset]
+    references = [valid.tgt_text[i] for i in subset]
+    greedy = dataclasses.replace(config.decode, beam=1, nbest=1)  # quick
+    tokenizers = data.src_tokenizer, data.tgt_tokenizer
+    hypotheses = translate(model, *tokenizers, sources, greedy, device=device)
+    record = {
+        "loss": loss,
+        "nll": nll,
+        "nll_shuffled": nll_shuffled,  # each target given another sentence's source
+        "ppl": math.exp(min(nll, 50)),
+        "bleu": bleu_chrf(hypotheses, references)["bleu"],
+        "sentences": len(subset),
+    }
+    examples = [
+        f"  src: {sources[i]}\n  ref: {references[i]}\n  hyp: {hypotheses[i]}"
+        for i in range(min(t.eval_examples, len(sources)))
+    ]
+    return record, examples
+
+
+@torch.no_grad()
+def validation_loss(
+    model: Transformer, split: Split, max_tokens: int, epsilon: float, device: torch.device
+) -> tuple[float, float, int]:
+    """Label-smoothed loss and NLL per target token over a whole split."""
+    src_lengths, tgt_lengths = split.src.lengths(), split.tgt.lengths()
+    limit = max_length(model.cfg)
+    if max(src_lengths.max(initial=0), tgt_lengths.max(initial=0)) > limit:
+        split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, NLL, tokens: read once
+    for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
+        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
+        loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon)
+        sums += torch.stack((loss.double(), nll.double(), (tgt_out != PAD).sum().double()))
+    loss_sum, nll_sum, tokens = sums.tolist()
+    return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), int(tokens)
+
+
+def shuffled_sources(split: Split, seed: int) -> Split:
+    """`split` with each target given another sentence's source (a fixed derangement): a
+    model that uses its source predicts the targets worse from them, one that ignores it as
+    well (mt/health.py's collapse check)."""
+    order = np.random.default_rng(seed).permutation(len(split))
+    given = np.empty_like(order)
+    given[order] = np.roll(order, 1)  # sentence order[i] gets the source of order[i - 1]
+    ids, lengths = split.src.take(given)
+    return Split(Sentences(ids, np.concatenate(([0], np.cumsum(lengths)))), split.tgt)
+
+
+def validation_subset(size: int, wanted: int, seed: int) -> list[int]:
+    """A fixed random subset of the validation split (sorted), or all of it."""
+    if not wanted or wanted >= size:
+        return list(range(size))
+    return sorted(np.random.default_rng(seed).choice(size, wanted, replace=False).tolist())
