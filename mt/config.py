@@ -194,6 +194,17 @@ class DecodeConfig:
     # translations (bf16's differ a little) depend on the machine's load (README)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
 
+    @property
+    def greedy(self) -> bool:
+        """One hypothesis and no score wanted: greedy search, for every engine."""
+        return self.beam == 1 and self.nbest == 1
+
+
+def beam_holds(nbest: int, beam: int) -> bool:
+    """A beam of `beam` hypotheses finds at most that many: the one rule for decode.nbest
+    and the server's alternatives + 1."""
+    return nbest <= beam
+
 
 @dataclass
 class Config:
@@ -293,7 +304,7 @@ def _check_decode(d: DecodeConfig, fail: Fail) -> None:
     _positive(fail, "decode.", d, "beam", "nbest")
     _non_negative(fail, "decode.", d, "alpha", "max_len_a", "max_len_b", "no_repeat_ngram")
     _non_negative(fail, "decode.", d, "batch_tokens")
-    if d.nbest > d.beam:
+    if not beam_holds(d.nbest, d.beam):
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
 
 

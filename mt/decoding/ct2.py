@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from tokenizers import Tokenizer
 
 from ..config import Config, DecodeConfig, ModelConfig
@@ -125,14 +126,14 @@ def translate_nbest(
     Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
-    from ..model import max_length
+    from .search import output_lengths, within_positions
     from .translate import decode_batch_tokens, source_ids
 
     ids = source_ids(exported, exported.src_tokenizer, texts)
-    # as decode.max_output_lengths: the source length counts its EOS
-    limits = [int((len(x) + 1) * cfg.max_len_a + cfg.max_len_b) for x in ids]
-    limits = [min(n, max_length(exported.cfg)) for n in limits]
-    greedy = cfg.beam == 1 and cfg.nbest == 1
+    lengths = torch.tensor([len(x) + 1 for x in ids], dtype=torch.long)  # EOS counted
+    limits = within_positions(output_lengths(lengths, cfg.max_len_a, cfg.max_len_b), exported.cfg)
+    limits = limits.tolist()
+    greedy = cfg.greedy
     out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
     todo = [i for i, x in enumerate(ids) if x]
     if not todo:

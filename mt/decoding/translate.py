@@ -158,7 +158,7 @@ def _batches(ids: Sequence[Sequence[int]], order: list, budget: int, beam: int) 
 
 def _search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, plan) -> list:
     """Greedy search (one hypothesis, no score) or beam search of one batch."""
-    if cfg.beam == 1 and cfg.nbest == 1:
+    if cfg.greedy:
         lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
         return [
             [Hypothesis(t, float("nan"), float("nan"))] for t in greedy(model, src, lengths, plan)

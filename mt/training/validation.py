@@ -12,10 +12,10 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..data.batches import collate, token_batches
 from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
 from ..data.tokenizer import PAD
+from ..decoding.scoring import teacher_forced
 from ..model import Transformer, max_length
 from .loss import smoothed_loss
 
@@ -64,10 +64,14 @@ def validation_loss(
     if max(src_lengths.max(initial=0), tgt_lengths.max(initial=0)) > limit:
         split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, NLL, tokens: read once
-    for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
-        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
-        loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon)
-        sums += torch.stack((loss.double(), nll.double(), (tgt_out != PAD).sum().double()))
+
+    def sums_of(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        loss, nll = smoothed_loss(logits, tgt_out, epsilon)
+        return torch.stack((loss.double(), nll.double(), (tgt_out != PAD).sum().double()))
+
+    lengths = src_lengths, tgt_lengths
+    for _, batch_sums in teacher_forced(model, split, lengths, max_tokens, device, sums_of):
+        sums += batch_sums
     loss_sum, nll_sum, tokens = sums.tolist()
     return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), int(tokens)
 
