@@ -33,12 +33,18 @@ from .config import Config
 from .config_file import config_from_dict
 from .errors import ConfigError
 from .files import atomic_path, remove
-from .run_folder import BEST, CHECKPOINTS, LAST, checkpoints_dir
+from .run_folder import (
+    BEST,
+    CHECKPOINTS,
+    LAST,
+    STEP_DIR,
+    TRAINER,
+    WEIGHTS,
+    checkpoints_dir,
+    step_dir,
+)
 
 FORMAT = "mt-checkpoint-1"  # ours, under "mt_format"; "format" is "pt", as HF loaders expect
-WEIGHTS = "model.safetensors"
-TRAINER = "trainer.pt"
-STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 @dataclass
@@ -118,11 +124,6 @@ def point(ckpt_dir: Path, name: str, target: Path) -> None:
     """Make `ckpt_dir/name` (last, best) refer to `target`, atomically."""
     with atomic_path(ckpt_dir / name) as tmp:
         os.symlink(target.name, tmp)
-
-
-def step_dir(ckpt_dir: Path, step: int) -> Path:
-    """The folder of the checkpoint saved after update `step`."""
-    return ckpt_dir / f"step-{step:08d}"
 
 
 def step_dirs(ckpt_dir: Path) -> list[Path]:

@@ -27,7 +27,7 @@ from ..data.corpus import SPLITS, entry_files
 from ..data.prepare import inputs_of
 from ..errors import ConfigError, one_line
 from ..files import remove
-from ..run_folder import BEST, LAST, checkpoints_dir
+from ..run_folder import BEST, LAST, WEIGHTS, checkpoints_dir, step_dir
 from . import metrics
 from .metrics import say
 from .ranks import Ranks
@@ -66,7 +66,7 @@ class Checkpoints:
     def restore(self, path: Path, model: torch.nn.Module, updater: Updater) -> TrainState:
         """The state saved at `path`, its weights and optimiser loaded into `model` and
         `updater`, this rank's generators set as they were; an error when they do not fit."""
-        weights, _ = checkpoint.load_weights(path / checkpoint.WEIGHTS)
+        weights, _ = checkpoint.load_weights(path / WEIGHTS)
         saved = checkpoint.load_trainer_state(path)
         try:
             model.load_state_dict(weights)
@@ -102,7 +102,7 @@ class Checkpoints:
     ) -> Path:
         """Save `step-N`, point `last` at it, prune old ones; `extra()`: more metadata for
         the weights, asked of rank 0 alone. The other ranks wait until `last` is written."""
-        path = checkpoint.step_dir(self.dir, state.step)
+        path = step_dir(self.dir, state.step)
         if self.saved_step == state.step:
             return path
         self.saved_step = state.step
@@ -148,7 +148,7 @@ def latest(ckpt_dir: Path) -> tuple[Path | None, str]:
 def check_resumable(config: Config, path: Path) -> None:
     """An error if the config, the data or the tokenizers differ from what the weights of
     checkpoint `path` were trained with."""
-    run_dir, file = Path(config.run.dir), path / checkpoint.WEIGHTS
+    run_dir, file = Path(config.run.dir), path / WEIGHTS
     meta = checkpoint.read_metadata(file)
     resumable = resumable_keys(config)
     # defaults filled in: a key added since the checkpoint was saved is not a change
