@@ -5,7 +5,7 @@ import pytest
 import torch
 from test_packing import batches, corpus, tensors, tiny_model
 
-from mt.errors import ConfigError
+from mt.errors import DoesNotFit
 from mt.training.loss import smoothed_loss
 from mt.training.rehearsal import Rehearsal, compiles, fitting_rows, on_every_rank, rehearse
 
@@ -51,9 +51,9 @@ def test_the_largest_batch_that_fits_is_on_the_line_through_two_measurements():
 
 def test_one_process_raises_its_own_rehearsal_failure_as_it_is():
     def too_big():
-        raise ConfigError("train.max_tokens: a batch of 48 tokens does not fit this GPU")
+        raise DoesNotFit("train.max_tokens: a batch of 48 tokens does not fit this GPU")
 
-    with pytest.raises(ConfigError, match=r"^train\.max_tokens: a batch of 48 tokens"):
+    with pytest.raises(DoesNotFit, match=r"^train\.max_tokens: a batch of 48 tokens"):
         on_every_rank(too_big, world=1)
     done = Rehearsal(forward=print, compiled=False, seconds=0.0, peak_bytes=0)
     assert on_every_rank(lambda: done, world=1) is done

@@ -16,6 +16,7 @@ import traceback
 import typer
 
 from ..errors import MtError
+from ..messages import say
 from . import decoding, training  # noqa: F401  (their commands join the app)
 from .app import app
 
@@ -43,7 +44,5 @@ def main() -> None:
 def _fail(message: str, code: int) -> int:
     if os.environ.get("MT_DEBUG") == "1":
         traceback.print_exc()
-    # one write, newline included: lines of ranks that fail at once never run together
-    sys.stderr.write(f"mt: error: {' '.join(message.split())}\n")
-    sys.stderr.flush()
+    say(f"mt: error: {' '.join(message.split())}")
     return code

@@ -32,7 +32,7 @@ from tokenizers import Tokenizer
 
 from ..config import Config, DataConfig
 from ..config_file import dump_config
-from ..errors import ConfigError, MtError
+from ..errors import InputError, MtError
 from ..files import atomic_path, atomic_write_text, remove
 from ..run_folder import (
     CONFIG,
@@ -309,7 +309,7 @@ def _coded(
             yield i, chunk, codes[at : at + len(chunk[0])]
             at += len(chunk[0])
         if seen != count:
-            raise ConfigError(f"{corpus.name}: {_CHANGED}")
+            raise InputError(f"{corpus.name}: {_CHANGED}")
 
 
 _CHANGED = "changed while it was being prepared; prepare again"
@@ -318,7 +318,7 @@ _CHANGED = "changed while it was being prepared; prepare again"
 def _check_unchanged(watched: dict[str, list[Any]]) -> None:
     for file, seen in watched.items():
         if _file_id(file) != seen:
-            raise ConfigError(f"data.files: {file}: {_CHANGED}")
+            raise InputError(f"data.files: {file}: {_CHANGED}")
 
 
 def _encode_chunk(
@@ -429,7 +429,7 @@ def _file_id(path: str) -> list[Any]:
     try:
         stat = Path(path).stat()
     except OSError as e:
-        raise ConfigError(f"data.files: {path}: {e.strerror}") from None
+        raise InputError(f"data.files: {path}: {e.strerror}") from None
     return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
 
 

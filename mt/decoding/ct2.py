@@ -25,7 +25,7 @@ from ..config import Config, DecodeConfig, ModelConfig
 from ..config_file import config_from_dict
 from ..data import tokenizer as tok
 from ..data.tokenizer import SPECIAL_TOKENS
-from ..errors import ConfigError, MtError
+from ..errors import ConfigError, InputError, MachineError
 
 MANIFEST = "mt.json"
 MANIFEST_FORMAT = "mt-ctranslate2-1"
@@ -36,7 +36,7 @@ def ctranslate2() -> Any:
     try:
         import ctranslate2 as ct2
     except ImportError:
-        raise MtError("ctranslate2 is not installed: pip install 'mt[export]'") from None
+        raise MachineError("ctranslate2 is not installed: pip install 'mt[export]'") from None
     return ct2
 
 
@@ -92,9 +92,9 @@ def _manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise ConfigError(f"{path / MANIFEST}: not readable ({e})") from None
+        raise InputError(f"{path / MANIFEST}: not readable ({e})") from None
     if manifest.get("format") != MANIFEST_FORMAT:
-        raise ConfigError(f"{path / MANIFEST}: not an mt export ('{MANIFEST_FORMAT}' expected)")
+        raise InputError(f"{path / MANIFEST}: not an mt export ('{MANIFEST_FORMAT}' expected)")
     return manifest
 
 
@@ -111,7 +111,7 @@ def load(path: str | Path, device: str = "cpu", threads: int = 0) -> Exported:
             str(path), device=kind, device_index=index, intra_threads=threads
         )
     except (RuntimeError, ValueError) as e:
-        raise ConfigError(f"{path}: CTranslate2 cannot load it ({e})") from None
+        raise InputError(f"{path}: CTranslate2 cannot load it ({e})") from None
     src = Tokenizer.from_file(str(path / manifest["src_tokenizer"]))
     tgt = Tokenizer.from_file(str(path / manifest["tgt_tokenizer"]))
     return Exported(translator, config, src, tgt, path, manifest, str(device))

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ..data.packing import each
-from ..errors import ConfigError, MtError, one_line
+from ..errors import DoesNotFit, MtError, one_line
 from .ranks import rng_state, set_rng_state
 
 HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentation
@@ -81,7 +81,7 @@ def rehearse(
     if device.type == "cuda" and (peak is None or peak > budget):
         fits = _rows_that_fit(forward, batch, model, states, budget)
         rows = len(batch[0])
-        raise ConfigError(
+        raise DoesNotFit(
             f"train.max_tokens: a batch of {max_tokens} tokens does not fit this GPU "
             f"({total / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free; tried before the first "
             "update); "
@@ -106,15 +106,17 @@ def on_every_rank(rehearsal: Callable[[], Rehearsal], world: int) -> Rehearsal:
         if failure:
             raise failure
         return done
-    mine = failure and (getattr(failure, "exit_code", 1), one_line(failure))
+    mine = failure and (
+        type(failure) if isinstance(failure, MtError) else MtError,
+        one_line(failure),
+    )
     outcomes: list[Any] = [None] * world
     dist.all_gather_object(outcomes, mine)
     if failure:  # its own words, as with one process (a bug keeps its traceback)
         raise failure
     for rank, outcome in enumerate(outcomes):
         if outcome:
-            code, message = outcome
-            kind = ConfigError if code == ConfigError.exit_code else MtError
+            kind, message = outcome  # the class of the error, so its exit status too
             raise kind(f"rank {rank} failed its rehearsal of the first update: {message}")
     return done
 

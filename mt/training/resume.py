@@ -25,11 +25,11 @@ from ..config import Config, resumable_keys
 from ..config_file import diff_configs
 from ..data.corpus import SPLITS, entry_files
 from ..data.prepare import inputs_of
-from ..errors import ConfigError, one_line
+from ..errors import ConfigError, InputError, one_line
 from ..files import remove
+from ..messages import say
 from ..run_folder import BEST, LAST, WEIGHTS, checkpoints_dir, step_dir
 from . import metrics
-from .metrics import say
 from .ranks import Ranks
 from .state import TrainState
 from .update import Updater
@@ -134,7 +134,7 @@ def latest(ckpt_dir: Path) -> tuple[Path | None, str]:
         return last.resolve(), ""
     path = checkpoint.newest_complete(ckpt_dir)
     if path is None and last.is_symlink():
-        raise ConfigError(
+        raise InputError(
             f"{last}: points to {os.readlink(last)}, which is missing or incomplete, and "
             "no complete checkpoint is left; use --restart to start over"
         )
@@ -168,7 +168,7 @@ def check_resumable(config: Config, path: Path) -> None:
         data = config.data
         entries = [e for name in SPLITS for e in getattr(data.files, name) or []]
         files = ", ".join(f for e in entries for f in entry_files(e, data))
-        raise ConfigError(
+        raise InputError(
             f"{run_dir}: the training data ({files or data.name}) changed "
             f"since {path.name} was saved; its weights cannot go on with other data and "
             "another vocabulary: use --restart to start over, or a new run.dir"
@@ -176,7 +176,7 @@ def check_resumable(config: Config, path: Path) -> None:
     tokenizers = checkpoint.meta_json(meta, "tokenizers", file) if "tokenizers" in meta else {}
     for name, sha in tokenizers.items():
         if now["tokenizers"].get(name) != sha:
-            raise ConfigError(
+            raise InputError(
                 f"{run_dir / name}: missing or changed since {path.name} was saved; its "
                 "weights need the vocabulary they were trained with: use --restart to start "
                 "over, or a new run.dir"

@@ -27,10 +27,11 @@ from ..data.packing import row_length
 from ..data.prepare import dropout_epochs, inputs_of, prepare
 from ..data.tokenizer import EOS
 from ..errors import Unhealthy
+from ..messages import say
 from ..model import Transformer
 from . import finetune, health, metrics
 from .health import Checks
-from .metrics import Progress, say
+from .metrics import Progress
 from .ranks import Agreement, Ranks, StopSignal
 from .resume import Checkpoints
 from .schedule import time_fitted, warmup_updates

@@ -16,9 +16,9 @@ from ..data.batches import Batch
 from ..data.packing import PackedBatch, each
 from ..data.tokenizer import PAD
 from ..device import DTYPES, autocast, dtype_name, precision_for
+from ..messages import say
 from ..packed_attention import flex_refusal
 from .loss import smoothed_loss
-from .metrics import say
 from .ranks import Ranks
 from .rehearsal import compiles, measure_precision, on_every_rank, rehearse
 
