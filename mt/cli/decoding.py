@@ -284,6 +284,20 @@ def attention_command(
     typer.echo(f"wrote {path}", err=True)
 
 
+# the server's limits (their defaults: ServeSettings')
+MaxCharsOption = Annotated[int, typer.Option(help="Characters a text may have (413 beyond).")]
+MaxTextsOption = Annotated[int, typer.Option(help="Texts a request may hold (413 beyond).")]
+MaxRequestsOption = Annotated[
+    int, typer.Option(help="Requests waiting or decoding at once (503 beyond).")
+]
+BatchTextsOption = Annotated[
+    int, typer.Option(help="Texts of concurrent requests one decoder batch gathers at most.")
+]
+BatchWaitOption = Annotated[
+    float, typer.Option(help="How long a batch waits for more requests after its first.")
+]
+
+
 @app.command(name="serve")
 def serve_command(
     checkpoint: Annotated[
@@ -300,21 +314,11 @@ def serve_command(
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
-    max_chars: Annotated[
-        int, typer.Option(help="Characters a text may have (413 beyond).")
-    ] = ServeSettings.max_chars,
-    max_texts: Annotated[
-        int, typer.Option(help="Texts a request may hold (413 beyond).")
-    ] = ServeSettings.max_texts,
-    max_requests: Annotated[
-        int, typer.Option(help="Requests waiting or decoding at once (503 beyond).")
-    ] = ServeSettings.max_requests,
-    batch_texts: Annotated[
-        int, typer.Option(help="Texts of concurrent requests one decoder batch gathers at most.")
-    ] = ServeSettings.batch_texts,
-    batch_wait_ms: Annotated[
-        float, typer.Option(help="How long a batch waits for more requests after its first.")
-    ] = ServeSettings.batch_wait_ms,
+    max_chars: MaxCharsOption = ServeSettings.max_chars,
+    max_texts: MaxTextsOption = ServeSettings.max_texts,
+    max_requests: MaxRequestsOption = ServeSettings.max_requests,
+    batch_texts: BatchTextsOption = ServeSettings.batch_texts,
+    batch_wait_ms: BatchWaitOption = ServeSettings.batch_wait_ms,
 ) -> None:
     r"""Serve translations over HTTP: LibreTranslate's JSON API and a page.
 

@@ -22,20 +22,6 @@ from ..model import Transformer, max_length
 from .search import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
 
 
-def translate(
-    model: Transformer,
-    src_tokenizer: Tokenizer,
-    tgt_tokenizer: Tokenizer,
-    texts: Sequence[str],
-    cfg: DecodeConfig,
-    device: torch.device | str = "cpu",
-    progress: bool = False,
-) -> list[str]:
-    """The best translation of each text, in input order; an empty text gives ""."""
-    found = translate_nbest(model, src_tokenizer, tgt_tokenizer, texts, cfg, device, progress)
-    return [hyps[0][0] for hyps in found]
-
-
 def translate_nbest(
     model: Transformer,
     src_tokenizer: Tokenizer,

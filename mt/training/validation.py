@@ -26,7 +26,7 @@ def validation_record(
     """The record of a validation (loss, nll, ppl, bleu, sentences) and up to
     `train.eval_examples` examples (source, reference, hypothesis) to show."""
     from ..decoding.evaluate import bleu_chrf
-    from ..decoding.translate import translate
+    from ..decoding.translate import translate_nbest
 
     t, valid = config.train, data.splits["valid"]
     model.eval()
@@ -38,7 +38,8 @@ def validation_record(
     references = [valid.tgt_text[i] for i in subset]
     greedy = dataclasses.replace(config.decode, beam=1, nbest=1)  # quick
     tokenizers = data.src_tokenizer, data.tgt_tokenizer
-    hypotheses = translate(model, *tokenizers, sources, greedy, device=device)
+    found = translate_nbest(model, *tokenizers, sources, greedy, device=device)
+    hypotheses = [hyps[0][0] for hyps in found]
     record = {
         "loss": loss,
         "nll": nll,
