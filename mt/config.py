@@ -359,7 +359,19 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
         files = [entry]
     for file in files if check_files else ():
         if not Path(file).is_file():
-            fail(key, f"no such file: {file}")
+            fail(key, f"no such file: {file}{_where_from(file)}")
+
+
+# Where the shipped recipes' corpora come from, for whoever has not made them yet
+TATOEBA_HINT = (
+    " (the Tatoeba recipe's data: download the Tatoeba/Anki spa-eng pairs, "
+    "https://www.manythings.org/anki/spa-eng.zip, then `python scripts/tatoeba_files.py "
+    "spa-eng.zip ../shared/data` makes its train, valid and test files; README, 'Data')"
+)
+
+
+def _where_from(file: str) -> str:
+    return TATOEBA_HINT if Path(file).name.startswith("tatoeba_en_es.") else ""
 
 
 def _positive(fail: Fail, section: str, values: Any, *keys: str) -> None:
