@@ -32,7 +32,7 @@ from ..run_folder import BEST, LAST, WEIGHTS, checkpoints_dir, step_dir
 from . import metrics
 from .ranks import Ranks
 from .state import TrainState
-from .update import Updater
+from .update import Optimiser
 
 
 class Checkpoints:
@@ -63,14 +63,14 @@ class Checkpoints:
             check_resumable(self.config, path)
         return path
 
-    def restore(self, path: Path, model: torch.nn.Module, updater: Updater) -> TrainState:
+    def restore(self, path: Path, model: torch.nn.Module, optimiser: Optimiser) -> TrainState:
         """The state saved at `path`, its weights and optimiser loaded into `model` and
-        `updater`, this rank's generators set as they were; an error when they do not fit."""
+        `optimiser`, this rank's generators set as they were; an error when they do not fit."""
         weights, _ = checkpoint.load_weights(path / WEIGHTS)
         saved = checkpoint.load_trainer_state(path)
         try:
             model.load_state_dict(weights)
-            updater.load_state_dict(saved)
+            optimiser.load_state_dict(saved)
             state = TrainState.from_dict(saved["state"])
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ConfigError(
@@ -95,7 +95,7 @@ class Checkpoints:
     def save(
         self,
         model: torch.nn.Module,
-        updater: Updater,
+        optimiser: Optimiser,
         state: TrainState,
         tokenizers: tuple[Tokenizer, Tokenizer],
         extra: Callable[[], dict[str, Any]],
@@ -111,7 +111,7 @@ class Checkpoints:
             self.ranks.barrier()  # no rank goes on, or exits, before `last` is written
             return path
         state.rng, state.world_size = rng, self.ranks.world
-        trainer_state = {**updater.state_dict(), "state": dataclasses.asdict(state)}
+        trainer_state = {**optimiser.state_dict(), "state": dataclasses.asdict(state)}
         path = checkpoint.save(
             self.dir, state.step, model, trainer_state, self.config, tokenizers, extra()
         )
