@@ -225,7 +225,7 @@ def read_metadata(path: Path) -> dict[str, str]:
             meta = f.metadata() or {}
     except Exception as e:  # safetensors raises several types for a damaged file
         raise InputError(f"{path}: not a readable safetensors checkpoint ({e})") from None
-    if FORMAT not in (meta.get("mt_format"), meta.get("format")):  # "format": before 0.2
+    if meta.get("mt_format") != FORMAT:
         raise InputError(f"{path}: not an mt checkpoint (no '{FORMAT}' metadata)")
     return meta
 

@@ -117,11 +117,8 @@ class TrainConfig:
     warmup_steps: int = 4000  # updates of linear warm-up (at most half a decaying horizon)
     # if > 0: warm-up as this fraction of the horizon instead (cosine and linear). A post-norm
     # model (model.norm_first: false) still warms up for warmup_steps at least, at most half
-    # the horizon: a fraction of a short horizon is too brief for it (Xiong et al. 2020).
-    # Measured: 5% of a 7-minute budget on an H100 (417 of 8,350 updates) collapsed
-    # base.yaml's post-norm 6+6 at lr 5e-4, where 4,000 (inverse_sqrt) learned; on a CPU
-    # (Tatoeba), 10 updates left a post-norm 6+6 at d_model 64 and lr 5e-3 at the unigram
-    # level for good, 100 let it learn, and pre-norm learned with 10.
+    # the horizon: a fraction of a short horizon is too brief for it (Xiong et al. 2020;
+    # docs/benchmarks.md, "Warm-up of a post-norm model")
     warmup_fraction: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # clip the gradient norm to this; 0 disables
@@ -141,9 +138,9 @@ class TrainConfig:
     keep_last: int = resumable(5)  # step checkpoints kept (best and last are always kept)
     # auto: bf16 on GPUs with native bf16, fp16 (loss-scaled) on older GPUs; on a CPU,
     # measured on the first batch (forward and backward passes in fp32 and bf16, interleaved,
-    # before the first update): bf16 if at least 10% faster, kept on resume (a Zen 4 without
-    # AMX: bf16 1.5x fp32; a Xeon with AVX-512 bf16 and no AMX: 0.6x); fp32 elsewhere.
-    # Weights and checkpoints stay float32 in every precision
+    # before the first update): bf16 if at least 10% faster, kept on resume (what it gives
+    # by CPU: docs/benchmarks.md, "bf16 against fp32 on CPUs"); fp32 elsewhere. Weights and
+    # checkpoints stay float32 in every precision
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # torch.compile the model and the loss, rehearsed on the first batch (timed, uncompiled
     # with a warning where compiling fails); auto: on CUDA when batches are packed (one shape,

@@ -3,8 +3,9 @@
 (mt.cli.decoding).
 
 Every command takes `--config FILE` and `--set section.key=value` overrides. Errors a person
-can fix print one line on stderr and exit non-zero (2 for usage and configuration errors);
-MT_DEBUG=1 prints their traceback too.
+can fix print one line on stderr and exit non-zero, by kind (mt.errors): 2 for usage,
+configuration and input-file errors, 1 for what the machine cannot do, 3 for a run stopped
+by a health check; MT_DEBUG=1 prints their traceback too.
 """
 
 from __future__ import annotations
