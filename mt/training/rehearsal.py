@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ..config import TrainConfig
-from ..data.packing import each
+from ..data.batches import map_batch
 from ..data.tokenizer import PAD
 from ..device import DTYPES, dtype_name, precision_for
 from ..errors import DoesNotFit, MtError, one_line
@@ -247,7 +247,7 @@ def _rows_that_fit(forward: Forward, batch, model, states, budget: int) -> int:
     part = rows // 2
     while part >= 1 and len(measured) < 2:
         try:
-            rows_of = each(lambda x, part=part: x[:part], batch)
+            rows_of = map_batch(lambda x, part=part: x[:part], batch)
             measured.append((part, _measure(forward, rows_of, model, states)[1]))
         except torch.OutOfMemoryError:
             pass

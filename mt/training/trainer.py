@@ -22,8 +22,8 @@ from typing import Any
 import torch
 
 from ..config import Config, TrainConfig, check_training_stops
-from ..data.batches import Batch, Batches
-from ..data.packing import each, row_length
+from ..data.batches import Batch, Batches, map_batch
+from ..data.packing import row_length
 from ..data.prepare import dropout_epochs, inputs_of, prepare
 from ..data.tokenizer import EOS
 from ..errors import Unhealthy
@@ -148,7 +148,7 @@ class Trainer:
         """The update's precision and forward pass (compiled or not), rehearsed on the first
         batch (`rehearsal.decide`); a resumed run keeps the precision it measured."""
         t = self.config.train
-        batch = each(lambda x: x.to(self.device), self.batches.peek())
+        batch = map_batch(lambda x: x.to(self.device), self.batches.peek())
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         moments = 0 if self.optimiser.adamw.state else 2 * weights  # AdamW's, at its first step
         return decide(

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 
 from ..config import TrainConfig
-from ..data.batches import Batch
-from ..data.packing import PackedBatch, each
+from ..data.batches import Batch, map_batch
+from ..data.packing import PackedBatch
 from ..data.tokenizer import PAD
 from ..device import autocast, precision_for
 from .loss import smoothed_loss
@@ -118,7 +118,7 @@ class Updater:
         self.model.train()
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll
         for i, batch in enumerate(batches):
-            batch = each(lambda x: x.to(self.device, non_blocking=True), batch)
+            batch = map_batch(lambda x: x.to(self.device, non_blocking=True), batch)
             skip_sync = i < len(batches) - 1 and hasattr(self.net, "no_sync")
             with self.net.no_sync() if skip_sync else nullcontext():
                 loss, nll = self.forward(batch)
