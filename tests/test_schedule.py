@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_train import tiny_config, weights
+from conftest import tiny_config, weights
 
 from mt import checkpoint
 from mt.config import Config, TrainConfig

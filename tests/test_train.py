@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import random
 import signal
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import HELD_OUT, mt_executable
+from conftest import HELD_OUT, metric_lines, mt_executable, tiny_config, weights
 
 from mt import checkpoint
 from mt.config import Config
@@ -25,33 +24,6 @@ from mt.errors import ConfigError, Unhealthy
 from mt.training.loss import smoothed_loss
 from mt.training.schedule import learning_rate
 from mt.training.trainer import Trainer, train
-
-
-def tiny_config(corpus: Path, run_dir: Path, *overrides: str) -> Config:
-    return load_config(
-        "tiny.yaml",
-        [
-            f"data.files.train={corpus}",
-            f"run.dir={run_dir}",
-            f"data.valid_size={HELD_OUT}",
-            f"data.test_size={HELD_OUT}",
-            "train.max_tokens=200",
-            "train.eval_sentences=4",
-            "train.eval_examples=0",
-            *overrides,
-        ],
-    )
-
-
-def weights(run_dir: Path, name: str = "last") -> dict[str, torch.Tensor]:
-    state, _ = checkpoint.load_weights(run_dir / "checkpoints" / name / checkpoint.WEIGHTS)
-    return state
-
-
-def metric_lines(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
-
 
 # ----------------------------------------------------------------------------- loss and schedule
 
