@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ConfigError
+from ..messages import say
 from ..serve.batcher import (
     Settings as ServeSettings,  # its defaults are the options'; no server deps
 )
@@ -112,7 +113,7 @@ def translate_command(
     if not interactive:
         _print_translations(translator, lines)
         return
-    typer.echo(f"mt: translating with {translator.path} (Ctrl-D to quit)", err=True)
+    say(f"mt: translating with {translator.path} (Ctrl-D to quit)")
     while True:
         typer.echo("en> ", err=True, nl=False)  # the prompt is not output: stderr
         line = sys.stdin.readline()
@@ -250,7 +251,7 @@ def export_command(
     from ..converters.ctranslate2 import export
 
     command = shlex.join(["mt", *sys.argv[1:]])
-    typer.echo(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}", err=True)
+    say(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}")
 
 
 # The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.
@@ -281,7 +282,7 @@ def attention_command(
     translator = _open(checkpoint, config, set_, device)
     translation, path = plot_attention(translator, sentence, out, layer=layer, kind=kind)
     typer.echo(translation)
-    typer.echo(f"wrote {path}", err=True)
+    say(f"wrote {path}")
 
 
 # the server's limits (their defaults: ServeSettings')
