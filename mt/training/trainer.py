@@ -115,8 +115,10 @@ class Trainer:
             self.state.pack_length = row_length(config, self.device.type)
         self.batches = self._batches()
         net = self.ranks.wrap(self.model)  # once its weights are final (loaded, or initialised)
-        self.step = self._decide_step(net)
-        self.updater = Updater(self.model, net, self.optimiser, self.step.forward, t, self.ranks)
+        self.update_step = self._decide_step(net)
+        self.updater = Updater(
+            self.model, net, self.optimiser, self.update_step.forward, t, self.ranks
+        )
         self.checks = Checks(config, self.state.vitals, self.unigram)
         # called after every update with its result and batches (timing, counting, checks)
         self.on_update: list[Callable[[Update, list[Batch]], None]] = []
@@ -168,9 +170,9 @@ class Trainer:
         """Train until a stopping rule fires; returns how it ended."""
         self._measured_precision()
         if self.main:  # the run's first lines, once it is sure to run
-            say(f"precision: {self.step.why}")
-            if self.step.compiled:
-                say(f"compiled the training step in {self.step.seconds:.1f} s")
+            say(f"precision: {self.update_step.why}")
+            if self.update_step.compiled:
+                say(f"compiled the training step in {self.update_step.seconds:.1f} s")
         with StopSignal() as stop:
             reason = self._loop(stop)
         self.batches.close()
@@ -192,7 +194,7 @@ class Trainer:
     def _measured_precision(self) -> None:
         """What train.precision auto measured on a CPU (rank 0's choice, on every rank): kept
         in the state (a resume computes alike), recorded in metrics.jsonl."""
-        step = self.step
+        step = self.update_step
         if not step.rates:
             return
         self.state.precision = step.precision
