@@ -31,14 +31,20 @@ from tokenizers import Tokenizer
 
 from .config import Config
 from .config_file import config_from_dict
-from .errors import ConfigError
+from .errors import ConfigError, InputError
 from .files import atomic_path, remove
-from .run_folder import BEST, CHECKPOINTS, LAST, checkpoints_dir
+from .run_folder import (
+    BEST,
+    CHECKPOINTS,
+    LAST,
+    STEP_DIR,
+    TRAINER,
+    WEIGHTS,
+    checkpoints_dir,
+    step_dir,
+)
 
 FORMAT = "mt-checkpoint-1"  # ours, under "mt_format"; "format" is "pt", as HF loaders expect
-WEIGHTS = "model.safetensors"
-TRAINER = "trainer.pt"
-STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
 @dataclass
@@ -120,11 +126,6 @@ def point(ckpt_dir: Path, name: str, target: Path) -> None:
         os.symlink(target.name, tmp)
 
 
-def step_dir(ckpt_dir: Path, step: int) -> Path:
-    """The folder of the checkpoint saved after update `step`."""
-    return ckpt_dir / f"step-{step:08d}"
-
-
 def step_dirs(ckpt_dir: Path) -> list[Path]:
     """The step folders under `ckpt_dir`, oldest first (none if it does not exist)."""
     steps = [(int(m.group(1)), p) for p in ckpt_dir.glob("step-*") if (m := STEP_DIR.match(p.name))]
@@ -158,7 +159,7 @@ def average(files: list[Path], out: Path) -> None:
     for file in files[1:]:
         weights, other = load_weights(file)
         if weights.keys() != first.keys() or other["config"] != meta["config"]:
-            raise ConfigError(f"{file}: not from the same model as {files[0]}; cannot average")
+            raise InputError(f"{file}: not from the same model as {files[0]}; cannot average")
         for key in total:
             total[key] += weights[key].double()
     averaged = {k: (v / len(files)).float() for k, v in total.items()}
@@ -174,7 +175,7 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
     runs: `weights_only=True`)."""
     file = path / TRAINER
     if not file.is_file():
-        raise ConfigError(f"{file}: missing; resume from another checkpoint or --restart")
+        raise InputError(f"{file}: missing; resume from another checkpoint or --restart")
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickles: the line below says it
             warnings.simplefilter("ignore")
@@ -182,7 +183,7 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
     except Exception:  # UnpicklingError, RuntimeError (not a zip), EOFError ...
         state = None
     if not isinstance(state, dict) or not {"optimizer", "scaler", "state"} <= state.keys():
-        raise ConfigError(f"{file}: not a trainer state written by mt; refusing to unpickle it")
+        raise InputError(f"{file}: not a trainer state written by mt; refusing to unpickle it")
     return state
 
 
@@ -202,7 +203,7 @@ def meta_json(meta: dict[str, str], key: str, file: Path) -> Any:
     try:
         return json.loads(meta[key])
     except (KeyError, ValueError):
-        raise ConfigError(f"{file}: damaged checkpoint: no valid '{key}' in its metadata") from None
+        raise InputError(f"{file}: damaged checkpoint: no valid '{key}' in its metadata") from None
 
 
 def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -211,7 +212,7 @@ def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     try:
         tensors = load_file(str(path))
     except Exception as e:  # safetensors raises several types for a damaged file
-        raise ConfigError(f"{path}: not a readable safetensors checkpoint ({e})") from None
+        raise InputError(f"{path}: not a readable safetensors checkpoint ({e})") from None
     for alias, name in meta_json(meta, "aliases", path).items() if "aliases" in meta else ():
         tensors[alias] = tensors[name]
     return tensors, meta
@@ -223,9 +224,9 @@ def read_metadata(path: Path) -> dict[str, str]:
         with safe_open(str(path), "pt") as f:
             meta = f.metadata() or {}
     except Exception as e:  # safetensors raises several types for a damaged file
-        raise ConfigError(f"{path}: not a readable safetensors checkpoint ({e})") from None
-    if FORMAT not in (meta.get("mt_format"), meta.get("format")):  # "format": before 0.2
-        raise ConfigError(f"{path}: not an mt checkpoint (no '{FORMAT}' metadata)")
+        raise InputError(f"{path}: not a readable safetensors checkpoint ({e})") from None
+    if meta.get("mt_format") != FORMAT:
+        raise InputError(f"{path}: not an mt checkpoint (no '{FORMAT}' metadata)")
     return meta
 
 
@@ -266,7 +267,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
-        raise ConfigError(
+        raise InputError(
             f"{file}: the weights do not match their tokenizers or config: "
             f"{' '.join(str(e).split())[:300]}"
         ) from None
@@ -280,7 +281,7 @@ def read_tokenizers(file: Path, meta: dict[str, str] | None = None) -> tuple[Tok
     try:
         return tuple(Tokenizer.from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt"))
     except Exception:  # KeyError, or the tokenizers library's own error
-        raise ConfigError(
+        raise InputError(
             f"{file}: damaged checkpoint: no valid tokenizers in its metadata"
         ) from None
 

@@ -117,11 +117,8 @@ class TrainConfig:
     warmup_steps: int = 4000  # updates of linear warm-up (at most half a decaying horizon)
     # if > 0: warm-up as this fraction of the horizon instead (cosine and linear). A post-norm
     # model (model.norm_first: false) still warms up for warmup_steps at least, at most half
-    # the horizon: a fraction of a short horizon is too brief for it (Xiong et al. 2020).
-    # Measured: 5% of a 7-minute budget on an H100 (417 of 8,350 updates) collapsed
-    # base.yaml's post-norm 6+6 at lr 5e-4, where 4,000 (inverse_sqrt) learned; on a CPU
-    # (Tatoeba), 10 updates left a post-norm 6+6 at d_model 64 and lr 5e-3 at the unigram
-    # level for good, 100 let it learn, and pre-norm learned with 10.
+    # the horizon: a fraction of a short horizon is too brief for it (Xiong et al. 2020;
+    # docs/benchmarks.md, "Warm-up of a post-norm model")
     warmup_fraction: float = 0.0
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # clip the gradient norm to this; 0 disables
@@ -141,9 +138,9 @@ class TrainConfig:
     keep_last: int = resumable(5)  # step checkpoints kept (best and last are always kept)
     # auto: bf16 on GPUs with native bf16, fp16 (loss-scaled) on older GPUs; on a CPU,
     # measured on the first batch (forward and backward passes in fp32 and bf16, interleaved,
-    # before the first update): bf16 if at least 10% faster, kept on resume (a Zen 4 without
-    # AMX: bf16 1.5x fp32; a Xeon with AVX-512 bf16 and no AMX: 0.6x); fp32 elsewhere.
-    # Weights and checkpoints stay float32 in every precision
+    # before the first update): bf16 if at least 10% faster, kept on resume (what it gives
+    # by CPU: docs/benchmarks.md, "bf16 against fp32 on CPUs"); fp32 elsewhere. Weights and
+    # checkpoints stay float32 in every precision
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # torch.compile the model and the loss, rehearsed on the first batch (timed, uncompiled
     # with a warning where compiling fails); auto: on CUDA when batches are packed (one shape,
@@ -193,6 +190,17 @@ class DecodeConfig:
     # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
     # translations (bf16's differ a little) depend on the machine's load (README)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
+
+    @property
+    def greedy(self) -> bool:
+        """One hypothesis and no score wanted: greedy search, for every engine."""
+        return self.beam == 1 and self.nbest == 1
+
+
+def beam_holds(nbest: int, beam: int) -> bool:
+    """A beam of `beam` hypotheses finds at most that many: the one rule for decode.nbest
+    and the server's alternatives + 1."""
+    return nbest <= beam
 
 
 @dataclass
@@ -293,7 +301,7 @@ def _check_decode(d: DecodeConfig, fail: Fail) -> None:
     _positive(fail, "decode.", d, "beam", "nbest")
     _non_negative(fail, "decode.", d, "alpha", "max_len_a", "max_len_b", "no_repeat_ngram")
     _non_negative(fail, "decode.", d, "batch_tokens")
-    if d.nbest > d.beam:
+    if not beam_holds(d.nbest, d.beam):
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
 
 
@@ -348,7 +356,19 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
         files = [entry]
     for file in files if check_files else ():
         if not Path(file).is_file():
-            fail(key, f"no such file: {file}")
+            fail(key, f"no such file: {file}{_where_from(file)}")
+
+
+# Where the shipped recipes' corpora come from, for whoever has not made them yet
+TATOEBA_HINT = (
+    " (the Tatoeba recipe's data: download the Tatoeba/Anki spa-eng pairs, "
+    "https://www.manythings.org/anki/spa-eng.zip, then `python scripts/tatoeba_files.py "
+    "spa-eng.zip ../shared/data` makes its train, valid and test files; README, 'Data')"
+)
+
+
+def _where_from(file: str) -> str:
+    return TATOEBA_HINT if Path(file).name.startswith("tatoeba_en_es.") else ""
 
 
 def _positive(fail: Fail, section: str, values: Any, *keys: str) -> None:

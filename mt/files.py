@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from .errors import MtError
+from .errors import MachineError
 
 
 @contextmanager
@@ -42,7 +42,7 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
         fsync(path.parent)
     except OSError as e:
         remove(tmp)
-        raise MtError(f"{path}: cannot write: {why(e)}") from None
+        raise MachineError(f"{path}: cannot write: {why(e)}") from None
     except BaseException:
         remove(tmp)
         raise

@@ -45,7 +45,7 @@ def sinusoids(length: int, d_model: int) -> Tensor:
 class Dropout(nn.Dropout):
     """nn.Dropout with a cheaper mask on the CPU, where `bernoulli_` draws a 32-bit random
     number per element and took a tenth of a training step. This takes 16 random bits per
-    element from the same generator (so seeding and resuming work as before): the keep
+    element from the same generator (so a seed, or a resume, gives the same masks): the keep
     probability is exact to 2^-16. Elsewhere (CUDA's fused kernel) it is nn.Dropout.
     """
 
@@ -253,9 +253,6 @@ class Transformer(nn.Module):
             nn.init.normal_(table, 0.0, self.cfg.d_model**-0.5)
         with torch.no_grad():
             self.src_embed.weight[PAD] = self.tgt_embed.weight[PAD] = 0.0
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())  # a shared matrix counts once
 
     def embed(
         self, table: nn.Embedding, tokens: Tensor, start: int | Tensor = 0, positions=None

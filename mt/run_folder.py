@@ -1,18 +1,22 @@
 """The run folder's layout: the one place its names are spelled.
 
-    <run.dir>/README.md          what each file is, for a person (RUN_README)
-    <run.dir>/config.yaml        the resolved config (mt prepare, mt train)
-    <run.dir>/data/              the prepared corpus cache, its splits as JSONL
-    <run.dir>/checkpoints/       step folders and the `best` and `last` links (mt.checkpoint)
-    <run.dir>/metrics.jsonl      the training and validation records (mt.training.metrics)
-    <run.dir>/init.json          where a fine-tuned run started from (mt.training.finetune)
-    <run.dir>/training.png       mt plot's picture
-
-The tokenizer files' names depend on the config: `tokenizer.tokenizer_files` names them.
+<run.dir>/README.md          what each file is, for a person (RUN_README)
+<run.dir>/config.yaml        the resolved config (mt prepare, mt train)
+<run.dir>/tokenizer.json     the joint tokenizer, or tokenizer.<lang>.json each side
+<run.dir>/data/              the prepared corpus cache (mt.data.prepare, mt.data.store):
+    meta.json                    its fingerprint, statistics and store layout
+    <split>.<side>.tokens        token ids; <split>.<side>.offsets where sentences begin
+    valid.jsonl, test.jsonl      the held-out splits' text
+<run.dir>/checkpoints/       step folders and the `best` and `last` links (mt.checkpoint):
+    step-00001000/model.safetensors, step-00001000/trainer.pt
+<run.dir>/metrics.jsonl      the training and validation records (mt.training.metrics)
+<run.dir>/init.json          where a fine-tuned run started from (mt.training.finetune)
+<run.dir>/training.png       mt plot's picture
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 CONFIG = "config.yaml"
@@ -23,6 +27,9 @@ METRICS = "metrics.jsonl"
 INIT = "init.json"
 PLOT = "training.png"
 README = "README.md"
+META = "meta.json"  # in DATA
+WEIGHTS, TRAINER = "model.safetensors", "trainer.pt"  # in a step folder
+STEP_DIR = re.compile(r"^step-(\d+)$")
 
 RUN_README = """\
 # An `mt` run folder
@@ -55,3 +62,25 @@ def checkpoints_dir(run_dir: str | Path) -> Path:
 
 def data_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / DATA
+
+
+def step_dir(ckpt_dir: Path, step: int) -> Path:
+    """The folder of the checkpoint saved after update `step`."""
+    return ckpt_dir / f"step-{step:08d}"
+
+
+def tokenizer_files(run_dir: Path, src_lang: str, tgt_lang: str, joint: bool) -> tuple[Path, Path]:
+    """Where a run keeps its tokenizers: tokenizer.json, or tokenizer.<lang>.json each."""
+    if joint:
+        return run_dir / "tokenizer.json", run_dir / "tokenizer.json"
+    return run_dir / f"tokenizer.{src_lang}.json", run_dir / f"tokenizer.{tgt_lang}.json"
+
+
+def store_files(data: Path, split: str, side: str) -> tuple[Path, Path]:
+    """A split's side in the prepared store: its token ids and its offsets."""
+    return data / f"{split}.{side}.tokens", data / f"{split}.{side}.offsets"
+
+
+def held_out_text(data: Path, split: str) -> Path:
+    """A held-out split's text, one JSON pair a line."""
+    return data / f"{split}.jsonl"

@@ -121,7 +121,8 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
     from mt.config_file import load_config
     from mt.training.trainer import Trainer
 
-    trainer = Trainer(load_config(config_name, overrides))
+    torch._dynamo.utils.counters.clear()
+    trainer = Trainer(load_config(config_name, overrides))  # rehearses (compiles) the step
     model_cfg, cuda = trainer.config.model, trainer.device.type == "cuda"
     vocab = trainer.data.tgt_tokenizer.get_vocab_size()
     ends, tokens, flops, syncs = [], [], [], []
@@ -137,13 +138,12 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
             torch.cuda.set_sync_debug_mode("warn" if len(ends) == WARMUP else "default")
 
     trainer.on_update.append(timed)
-    torch._dynamo.utils.counters.clear()
     began = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:  # every thread's warnings
         warnings.simplefilter("always")
         trainer.run()  # validates once at the end, after the timed updates
-    updater = trainer.updater  # the first update began after its rehearsal (and compile)
-    figures = speed(began + updater.rehearsal_s, ends, tokens, flops)
+    step = trainer.update_step  # rehearsed (and compiled) before `began`
+    figures = speed(began, ends, tokens, flops)
     digest = hashlib.sha256()
     for name, tensor in sorted(trainer.model.state_dict().items()):
         digest.update(name.encode() + tensor.detach().float().cpu().numpy().tobytes())
@@ -151,11 +151,11 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
     graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
     figures |= {
         "device": device_name(trainer.device),
-        "compile_s": updater.rehearsal_s if updater.compiled else 0.0,
+        "compile_s": step.seconds if step.compiled else 0.0,
         "attention": trainer.model.attention or "padded batches (bool masks)",
         "graphs": graphs,
         "graph_breaks": breaks,
-        "recompiles": max(graphs - 1 - breaks, 0) if updater.compiled else 0,
+        "recompiles": max(graphs - 1 - breaks, 0) if step.compiled else 0,
         "syncs_per_update": (syncs[1] - syncs[0]) / SYNC_UPDATES if len(syncs) == 2 else None,
         "peak_memory_gib": torch.cuda.max_memory_allocated(trainer.device) / 2**30 if cuda else 0,
         "weights_sha256": digest.hexdigest(),

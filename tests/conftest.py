@@ -1,8 +1,10 @@
-"""Shared fixtures: a tiny hand-written corpus, CLI runners and the shared data folder."""
+"""Shared fixtures and helpers: a tiny hand-written corpus, CLI runners, the shared data folder,
+a training config, tiny models and their toy corpus, packed batches, search helpers."""
 
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import shutil
@@ -26,9 +28,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # make every small matrix product wait for a time slice (measured: 100x slower steps).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
+from mt import checkpoint  # noqa: E402
 from mt.cli import app, main  # noqa: E402
+from mt.config import Config, ModelConfig  # noqa: E402
+from mt.config_file import load_config  # noqa: E402
+from mt.data.packing import PackedBatch, collate_packed, pack_rows  # noqa: E402
+from mt.data.store import Split  # noqa: E402
+from mt.data.tokenizer import BOS, EOS, PAD  # noqa: E402
+from mt.model import Transformer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -225,3 +238,163 @@ def tatoeba_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout), run_dir
+
+
+# ---- training runs
+
+
+def tiny_config(corpus: Path, run_dir: Path, *overrides: str) -> Config:
+    return load_config(
+        "tiny.yaml",
+        [
+            f"data.files.train={corpus}",
+            f"run.dir={run_dir}",
+            f"data.valid_size={HELD_OUT}",
+            f"data.test_size={HELD_OUT}",
+            "train.max_tokens=200",
+            "train.eval_sentences=4",
+            "train.eval_examples=0",
+            *overrides,
+        ],
+    )
+
+
+def weights(run_dir: Path, name: str = "last") -> dict[str, torch.Tensor]:
+    state, _ = checkpoint.load_weights(run_dir / "checkpoints" / name / checkpoint.WEIGHTS)
+    return state
+
+
+def metric_lines(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+# ---- a tiny model and its toy corpus
+
+
+VOCAB = 24
+
+
+def tiny_cfg(**overrides) -> ModelConfig:
+    settings = dict(d_model=32, heads=4, encoder_layers=2, decoder_layers=2, d_ff=64, dropout=0.0)
+    return ModelConfig(**{**settings, **overrides})
+
+
+def tiny_model(seed: int = 0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(tiny_cfg(**overrides), VOCAB, VOCAB).eval()
+
+
+def pad(seqs: list[list[int]]) -> torch.Tensor:
+    """Right-pad token lists into a (B, max length) batch."""
+    width = max(map(len, seqs))
+    return torch.tensor([seq + [PAD] * (width - len(seq)) for seq in seqs])
+
+
+def random_batch(lengths: list[int], seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return pad([torch.randint(4, VOCAB, (n,), generator=gen).tolist() for n in lengths])
+
+
+def tiny_corpus() -> tuple[list[list[int]], list[list[int]]]:
+    """32 pairs of a toy translation: the target is the source reversed, each word mapped."""
+    gen = torch.Generator().manual_seed(1)
+    mapping = torch.randperm(VOCAB - 4, generator=gen) + 4
+    sources, targets = [], []
+    for _ in range(32):
+        length = int(torch.randint(2, 9, (), generator=gen))
+        words = torch.randint(4, VOCAB, (length,), generator=gen)
+        sources.append([*words.tolist(), EOS])
+        targets.append(mapping[words - 4].flip(0).tolist())
+    return sources, targets
+
+
+@functools.cache
+def trained_model() -> tuple[Transformer, list[list[int]], list[list[int]], float]:
+    """A tiny model fitted to `tiny_corpus` (for test_model and test_decode), and its last loss."""
+    sources, targets = tiny_corpus()
+    src = pad(sources)
+    tgt_in, tgt_out = pad([[BOS, *t] for t in targets]), pad([[*t, EOS] for t in targets])
+    model = tiny_model(seed=0).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        loss = F.cross_entropy(
+            model(src, tgt_in).flatten(0, 1), tgt_out.flatten(), ignore_index=PAD
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval(), sources, targets, loss.item()
+
+
+# ---- packed batches
+
+
+PACKED_VOCAB, PACKED_LENGTH, PACKED_ROWS = 40, 16, 3
+
+
+def packed_corpus(pairs: int = 23, seed: int = 0) -> Split:
+    rng = np.random.default_rng(seed)
+    side = [
+        rng.integers(4, PACKED_VOCAB, rng.integers(1, 12)).astype(np.int32)
+        for _ in range(2 * pairs)
+    ]
+    return Split(side[:pairs], side[pairs:])
+
+
+def packed_batches(split: Split, seed: int = 1, epoch: int = 0) -> list[PackedBatch]:
+    src, tgt = split.src, split.tgt
+    plans = pack_rows(src.lengths(), tgt.lengths(), PACKED_LENGTH, PACKED_ROWS, seed, epoch)
+    return [collate_packed(src, tgt, plan, PACKED_LENGTH, PACKED_ROWS) for plan in plans]
+
+
+def packed_tensors(batch: PackedBatch) -> PackedBatch:
+    return PackedBatch(*(torch.from_numpy(a) for a in batch))
+
+
+def packed_model(**overrides) -> Transformer:
+    settings = dict(d_model=16, heads=2, encoder_layers=2, decoder_layers=2, d_ff=32, dropout=0.0)
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(**{**settings, **overrides}), PACKED_VOCAB, PACKED_VOCAB)
+
+
+# ---- search
+
+
+def random_model():
+    """Untrained: it hardly ever chooses EOS, so its outputs run to the length limit."""
+    return tiny_model(seed=3)
+
+
+def mixed_batch():
+    return random_batch([9, 3, 6, 5, 8, 2], seed=4)
+
+
+def trained():
+    """The model fitted to `tiny_corpus`, its sources as a batch, its targets."""
+    model, sources, targets, _ = trained_model()
+    return model, pad(sources), targets
+
+
+class HostSyncs(TorchDispatchMode):
+    """Counts the operations that make the host wait for a GPU (those that
+    torch.cuda.set_sync_debug_mode reports), on any device: reading a value, a shape that
+    depends on values (nonzero, boolean masks, repeat_interleave without its size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+        self.reads = {"_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select"}
+        self.reads |= {"unique_consecutive", "_unique2", "unique_dim"}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        masks = name in ("index", "index_put", "index_put_") and any(
+            i is not None and i.dtype == torch.bool for i in args[1]
+        )
+        sized = (
+            func is torch.ops.aten.repeat_interleave.Tensor and kwargs.get("output_size") is None
+        )
+        self.count += name in self.reads or masks or sized
+        return func(*args, **kwargs)

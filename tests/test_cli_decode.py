@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PAIRS, write_jsonl
-from test_train import tiny_config
+from conftest import PAIRS, tiny_config, write_jsonl
 
 from mt import checkpoint
-from mt.decoding.translate import translate
+from mt.decoding.translate import translate_nbest
 from mt.training.trainer import train
 
 
@@ -46,13 +45,13 @@ def test_translate_prints_one_line_per_input_in_order(cli_main, run_dir):
     assert len(lines) == len(texts) and lines[1] == ""  # an empty input gives an empty line
     loaded = checkpoint.load(run_dir)
     alone = [
-        translate(
+        translate_nbest(
             loaded.model,
             loaded.src_tokenizer,
             loaded.tgt_tokenizer,
             [t],
             dataclasses.replace(loaded.config.decode, beam=2),
-        )[0]
+        )[0][0][0]
         for t in texts
     ]
     assert lines == alone  # batching and sorting by length change nothing

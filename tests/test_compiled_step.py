@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.attention.flex_attention as flex_module
-from test_packing import batches as packed_batches
-from test_packing import corpus, tensors
+from conftest import packed_batches, packed_corpus, packed_tensors
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import mt.model
@@ -78,7 +77,7 @@ def test_compiled_training_step_is_one_graph_and_computes_the_padded_model(monke
         40,
         40,
     ).train()
-    split = corpus(11)
+    split = packed_corpus(11)
     loss, nll, grads = _padded_reference(model, split)
     counter = CompileCounterWithBackend("aot_eager")
 
@@ -87,7 +86,7 @@ def test_compiled_training_step_is_one_graph_and_computes_the_padded_model(monke
 
     compiled = torch.compile(step, backend=counter, fullgraph=True, dynamic=False)
     packed_loss = packed_nll = 0.0
-    batches = [tensors(b) for b in packed_batches(split)]
+    batches = [packed_tensors(b) for b in packed_batches(split)]
     assert len(batches) == 3 and len({b.src.shape for b in batches}) == 1
     for batch in batches:
         loss_, nll_ = compiled(batch)

@@ -20,7 +20,7 @@ from mt.config_file import (
     load_config,
 )
 from mt.data.prepare import prepare
-from mt.errors import ConfigError, MtError
+from mt.errors import ConfigError, DoesNotFit, InputError, MachineError, MtError, Unhealthy
 
 
 def write(path: Path, text: str) -> Path:
@@ -313,6 +313,9 @@ def test_diff_configs_lists_dotted_keys_that_differ():
     assert diff_configs({"x": {"y": 1}}, {"x": {"y": 1, "z": 2}}) == ["x.z"]
 
 
-def test_errors_are_mt_errors():
-    assert issubclass(ConfigError, MtError)
-    assert MtError.exit_code == 1 and ConfigError.exit_code == 2
+def test_errors_are_mt_errors_and_keep_their_exit_status_by_kind():
+    kinds = (ConfigError, InputError, MachineError, DoesNotFit, Unhealthy)
+    assert all(issubclass(kind, MtError) for kind in kinds)
+    assert MtError.exit_code == MachineError.exit_code == 1
+    assert ConfigError.exit_code == InputError.exit_code == DoesNotFit.exit_code == 2
+    assert Unhealthy.exit_code == 3

@@ -19,7 +19,7 @@ from mt.data import prepare as data_module
 from mt.data import scan, store
 from mt.data.corpus import load_raw
 from mt.data.prepare import prepare
-from mt.errors import ConfigError, MtError
+from mt.errors import ConfigError, InputError, MtError
 
 
 def aligned(folder: Path, pairs, name: str = "c", newline: str = "\n", gz: bool = False):
@@ -74,7 +74,7 @@ def test_blank_lines_are_empty_pairs_dropped_and_counted(tmp_path):
 def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
     entry = aligned(tmp_path, PAIRS[:10])
     Path(entry["es"]).write_text("Una.\n" * 12, encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(InputError) as info:
         prepare(config(tmp_path, entry))
     message = str(info.value)
     assert "\n" not in message
@@ -87,7 +87,7 @@ def test_not_utf8_names_the_file_and_the_line(tmp_path, monkeypatch):
     lines = Path(entry["es"]).read_bytes().split(b"\n")
     lines[6] = b"caf\xe9"  # Latin-1, on line 7 (in the second chunk)
     Path(entry["es"]).write_bytes(b"\n".join(lines))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(InputError) as info:
         prepare(config(tmp_path, entry))
     assert f"{entry['es']}:7: not UTF-8 text" in str(info.value)
 
@@ -95,7 +95,7 @@ def test_not_utf8_names_the_file_and_the_line(tmp_path, monkeypatch):
 def test_an_empty_corpus_file_is_refused(tmp_path):
     entry = aligned(tmp_path, PAIRS[:10])
     Path(entry["en"]).write_bytes(b"")
-    with pytest.raises(ConfigError, match=f"{entry['en']}: an empty file"):
+    with pytest.raises(InputError, match=f"{entry['en']}: an empty file"):
         prepare(config(tmp_path, entry))
 
 
@@ -190,7 +190,7 @@ def test_a_corpus_changing_while_it_is_prepared_is_refused_and_the_cache_kept(
         return sample(*args)
 
     monkeypatch.setattr(data_module, "sample", grow)
-    with pytest.raises(ConfigError, match="changed while it was being prepared"):
+    with pytest.raises(InputError, match="changed while it was being prepared"):
         prepare(cfg, rebuild=True)
     after = {p.name: p.read_bytes() for p in (tmp_path / "run" / "data").iterdir()}
     assert after == before

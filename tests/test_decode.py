@@ -10,8 +10,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_model import VOCAB, pad, random_batch, tiny_model, trained_model
-from torch.utils._python_dispatch import TorchDispatchMode
+from conftest import (
+    VOCAB,
+    HostSyncs,
+    mixed_batch,
+    pad,
+    random_batch,
+    random_model,
+    tiny_model,
+    trained,
+)
 
 import mt.decoding.translate
 from mt.config import DecodeConfig, ModelConfig
@@ -26,21 +34,6 @@ from mt.decoding.search import (
 )
 from mt.decoding.translate import translate_ids
 from mt.errors import MtError
-
-
-def random_model():
-    """Untrained: it hardly ever chooses EOS, so its outputs run to the length limit."""
-    return tiny_model(seed=3)
-
-
-def mixed_batch():
-    return random_batch([9, 3, 6, 5, 8, 2], seed=4)
-
-
-def trained():
-    """The model fitted to test_model's tiny corpus, its sources as a batch, its targets."""
-    model, sources, targets, _ = trained_model()
-    return model, pad(sources), targets
 
 
 @pytest.fixture(params=["random", "trained"])
@@ -240,30 +233,6 @@ def test_plans_change_the_work_not_the_result(model_and_batch, plan):
         for x, y in zip(found, expected):
             assert [h.score for h in x] == pytest.approx([h.score for h in y], abs=1e-5)
             assert [h.logprob for h in x] == pytest.approx([h.logprob for h in y], abs=1e-5)
-
-
-class HostSyncs(TorchDispatchMode):
-    """Counts the operations that make the host wait for a GPU (those that
-    torch.cuda.set_sync_debug_mode reports), on any device: reading a value, a shape that
-    depends on values (nonzero, boolean masks, repeat_interleave without its size)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-        self.reads = {"_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select"}
-        self.reads |= {"unique_consecutive", "_unique2", "unique_dim"}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = func.overloadpacket.__name__
-        masks = name in ("index", "index_put", "index_put_") and any(
-            i is not None and i.dtype == torch.bool for i in args[1]
-        )
-        sized = (
-            func is torch.ops.aten.repeat_interleave.Tensor and kwargs.get("output_size") is None
-        )
-        self.count += name in self.reads or masks or sized
-        return func(*args, **kwargs)
 
 
 def syncs_per_step(monkeypatch, model, search) -> list[int]:

@@ -10,8 +10,7 @@ import weakref
 
 import pytest
 import torch
-from test_decode import HostSyncs, mixed_batch, random_model, trained
-from test_model import random_batch
+from conftest import HostSyncs, mixed_batch, random_batch, random_model, trained
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 

@@ -213,7 +213,7 @@ def test_sigterm_to_one_rank_then_resume_ends_as_an_uninterrupted_run(corpus_fil
 
 FAILING_RANK_SCRIPT = """\
 import os, sys
-import mt.training.update
+import mt.training.rehearsal
 from mt.cli import main
 from mt.errors import ConfigError
 from mt.training.rehearsal import Rehearsal
@@ -225,7 +225,7 @@ def rehearse(forward, batch, model, compile, max_tokens, say, state_bytes=0):
     return Rehearsal(forward, False, 0.0, 0)
 
 
-mt.training.update.rehearse = rehearse
+mt.training.rehearsal.rehearse = rehearse
 sys.argv = ["mt", *sys.argv[1:]]
 main()
 """

@@ -8,8 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PAIRS, TATOEBA_TEST, TATOEBA_TRAIN, TATOEBA_VALID, needs_shared, write_jsonl
-from test_train import tiny_config
+from conftest import (
+    PAIRS,
+    TATOEBA_TEST,
+    TATOEBA_TRAIN,
+    TATOEBA_VALID,
+    needs_shared,
+    tiny_config,
+    write_jsonl,
+)
 
 from mt import checkpoint
 from mt.config_file import load_config

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PAIRS, write_jsonl
-from test_train import tiny_config
+from conftest import PAIRS, tiny_config, write_jsonl
 
 from mt import checkpoint
 from mt.config_file import load_config

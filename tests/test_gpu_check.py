@@ -44,12 +44,12 @@ def test_peak_of_known_gpus():
 
 
 def test_pairs_of_a_packed_batch_are_counted_as_padded_ones_are():
-    from test_packing import batches, corpus
+    from conftest import packed_batches, packed_corpus
 
     from mt.data.batches import collate
 
-    split = corpus()
-    packed = batches(split)
+    split = packed_corpus()
+    packed = packed_batches(split)
     src, tgt = (np.concatenate(x) for x in zip(*map(gpu_check.pair_lengths, packed)))
     padded = gpu_check.pair_lengths(collate(split, np.arange(len(split))))
     assert sorted(zip(src, tgt)) == sorted(zip(*padded))  # every pair once, as long

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_train import metric_lines
+from conftest import metric_lines
 
 from mt import checkpoint
 from mt.config import Config

@@ -17,7 +17,7 @@ LONGEST = 450  # lines a module may have
 # decoding, training (which validates by decoding), the converters and the server, and the
 # command line on top. A module may import from its own layer and those below it.
 LAYERS = [
-    {"mt", "mt.errors", "mt.files", "mt.run_folder", "mt.device", "mt.config"},
+    {"mt", "mt.errors", "mt.messages", "mt.files", "mt.run_folder", "mt.device", "mt.config"},
     {"mt.data"},
     {"mt.model", "mt.checkpoint"},
     {"mt.decoding"},

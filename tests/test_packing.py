@@ -5,67 +5,51 @@ without a recompile from one batch to the next."""
 import numpy as np
 import pytest
 import torch
+from conftest import (
+    PACKED_LENGTH,
+    PACKED_ROWS,
+    packed_batches,
+    packed_corpus,
+    packed_model,
+    packed_tensors,
+)
 from torch._dynamo.testing import CompileCounter
 
 import mt.model
-from mt.config import Config, ModelConfig, check_config
+from mt.config import Config, check_config
 from mt.config_file import apply_override
 from mt.data.batches import collate
-from mt.data.packing import PackedBatch, collate_packed, pack_rows, row_length
-from mt.data.store import Split
+from mt.data.packing import collate_packed, pack_rows, row_length
 from mt.data.tokenizer import BOS, EOS, PAD
 from mt.errors import ConfigError
-from mt.model import Transformer
 from mt.training.loss import smoothed_loss
-
-VOCAB, LENGTH, ROWS = 40, 16, 3
-
-
-def corpus(pairs: int = 23, seed: int = 0) -> Split:
-    rng = np.random.default_rng(seed)
-    side = [rng.integers(4, VOCAB, rng.integers(1, 12)).astype(np.int32) for _ in range(2 * pairs)]
-    return Split(side[:pairs], side[pairs:])
-
-
-def batches(split: Split, seed: int = 1, epoch: int = 0) -> list[PackedBatch]:
-    src, tgt = split.src, split.tgt
-    plans = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed, epoch)
-    return [collate_packed(src, tgt, plan, LENGTH, ROWS) for plan in plans]
-
-
-def tensors(batch: PackedBatch) -> PackedBatch:
-    return PackedBatch(*(torch.from_numpy(a) for a in batch))
-
-
-def tiny_model(**overrides) -> Transformer:
-    settings = dict(d_model=16, heads=2, encoder_layers=2, decoder_layers=2, d_ff=32, dropout=0.0)
-    torch.manual_seed(0)
-    return Transformer(ModelConfig(**{**settings, **overrides}), VOCAB, VOCAB)
 
 
 def test_every_pair_is_packed_once_in_rows_that_hold_it():
-    split = corpus(200)
+    split = packed_corpus(200)
     src, tgt = split.src, split.tgt
-    plans = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed=1, epoch=0)
+    plans = pack_rows(src.lengths(), tgt.lengths(), PACKED_LENGTH, PACKED_ROWS, seed=1, epoch=0)
     seen = np.concatenate([plan.index for plan in plans])
     assert sorted(seen) == list(range(200))
     for plan in plans:
-        assert plan.row.min() >= 0 and plan.row.max() < ROWS and (np.diff(plan.row) >= 0).all()
+        assert (
+            plan.row.min() >= 0 and plan.row.max() < PACKED_ROWS and (np.diff(plan.row) >= 0).all()
+        )
         for cost in (src.lengths(), tgt.lengths()):  # a sentence and its EOS/BOS, on either side
-            assert np.bincount(plan.row, cost[plan.index] + 1).max() <= LENGTH
-    again = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed=1, epoch=0)
+            assert np.bincount(plan.row, cost[plan.index] + 1).max() <= PACKED_LENGTH
+    again = pack_rows(src.lengths(), tgt.lengths(), PACKED_LENGTH, PACKED_ROWS, seed=1, epoch=0)
     assert all((a.index == b.index).all() for a, b in zip(plans, again))  # a resume's epoch
-    other = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed=1, epoch=1)
+    other = pack_rows(src.lengths(), tgt.lengths(), PACKED_LENGTH, PACKED_ROWS, seed=1, epoch=1)
     assert not (np.concatenate([p.index for p in other]) == seen).all()
 
 
 def test_a_packed_row_holds_each_sentence_with_its_own_positions_and_id():
-    split = corpus()
+    split = packed_corpus()
     src, tgt = split.src, split.tgt
-    plan = pack_rows(src.lengths(), tgt.lengths(), LENGTH, ROWS, seed=1, epoch=0)[0]
-    batch = collate_packed(src, tgt, plan, LENGTH, ROWS)
-    assert all(a.shape == (ROWS, LENGTH) for a in batch)
-    for r in range(ROWS):
+    plan = pack_rows(src.lengths(), tgt.lengths(), PACKED_LENGTH, PACKED_ROWS, seed=1, epoch=0)[0]
+    batch = collate_packed(src, tgt, plan, PACKED_LENGTH, PACKED_ROWS)
+    assert all(a.shape == (PACKED_ROWS, PACKED_LENGTH) for a in batch)
+    for r in range(PACKED_ROWS):
         pairs = plan.index[plan.row == r]
         expected = {
             "src": [[*split.src[i], EOS] for i in pairs],
@@ -77,8 +61,10 @@ def test_a_packed_row_holds_each_sentence_with_its_own_positions_and_id():
             row = getattr(batch, name)[r]
             assert row[: len(flat)].tolist() == flat and (row[len(flat) :] == PAD).all()
             side = "src" if name == "src" else "tgt"
-            doc = [j for j, s in enumerate(sentences) for _ in s] + [-1] * (LENGTH - len(flat))
-            pos = [p for s in sentences for p in range(len(s))] + [0] * (LENGTH - len(flat))
+            doc = [j for j, s in enumerate(sentences) for _ in s] + [-1] * (
+                PACKED_LENGTH - len(flat)
+            )
+            pos = [p for s in sentences for p in range(len(s))] + [0] * (PACKED_LENGTH - len(flat))
             assert getattr(batch, f"{side}_doc")[r].tolist() == doc
             assert getattr(batch, f"{side}_pos")[r].tolist() == pos
 
@@ -101,15 +87,15 @@ def test_rows_too_short_for_the_longest_sentences_are_refused():
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_packed_rows_compute_what_padded_batches_compute(norm_first):
-    split = corpus()
-    model = tiny_model(norm_first=norm_first)
+    split = packed_corpus()
+    model = packed_model(norm_first=norm_first)
     src, tgt_in, tgt_out = (torch.from_numpy(a) for a in collate(split, np.arange(len(split))))
     loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, 0.1)
     loss.backward()
     padded = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     packed_loss = packed_nll = 0.0
-    for batch in map(tensors, batches(split)):  # the last one has an empty row
+    for batch in map(packed_tensors, packed_batches(split)):  # the last one has an empty row
         loss_, nll_ = smoothed_loss(model(batch.src, batch.tgt_in, batch), batch.tgt_out, 0.1)
         loss_.backward()
         packed_loss, packed_nll = packed_loss + loss_.item(), packed_nll + nll_.item()
@@ -125,14 +111,14 @@ def test_attention_never_crosses_sentences(monkeypatch, flex):
     """Change one sentence of a packed row: no other token's output moves. FlexAttention runs
     here uncompiled and forward only (it has no backward on a CPU): what a GPU compiles."""
     monkeypatch.setattr(mt.model, "use_flex", lambda cfg, device_type, training: flex)
-    batch = batches(corpus())[0]
+    batch = packed_batches(packed_corpus())[0]
     changed = batch._replace(src=batch.src.copy(), tgt_in=batch.tgt_in.copy())
     source, target = batch.src_doc == 1, batch.tgt_doc == 1  # sentence 1 of every row
     changed.src[source & (batch.src != EOS)] = 4
     changed.tgt_in[target & (batch.tgt_in != BOS)] = 5
-    model = tiny_model().eval()
+    model = packed_model().eval()
     with torch.no_grad():
-        before, after = (model(b.src, b.tgt_in, b) for b in map(tensors, (batch, changed)))
+        before, after = (model(b.src, b.tgt_in, b) for b in map(packed_tensors, (batch, changed)))
     others = torch.from_numpy(~target & (batch.tgt_doc >= 0))
     torch.testing.assert_close(after[others], before[others], rtol=1e-5, atol=1e-5)
     assert (after[target] - before[target]).abs().amax(-1).min() > 1e-3
@@ -143,9 +129,9 @@ def test_packed_batches_of_one_run_are_compiled_once(monkeypatch, flex):
     """Every packed batch has one shape: the model is traced once for all of them (counted
     by a backend that only counts), training, and with FlexAttention forward (see above)."""
     monkeypatch.setattr(mt.model, "use_flex", lambda cfg, device_type, training: flex)
-    model, counter = tiny_model().train(not flex), CompileCounter()
+    model, counter = packed_model().train(not flex), CompileCounter()
     compiled = torch.compile(model, backend=counter)
-    for batch in map(tensors, batches(corpus(60))[:3]):
+    for batch in map(packed_tensors, packed_batches(packed_corpus(60))[:3]):
         with torch.set_grad_enabled(not flex):
             loss, _ = smoothed_loss(compiled(batch.src, batch.tgt_in, batch), batch.tgt_out, 0.1)
         if not flex:

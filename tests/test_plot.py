@@ -1,18 +1,24 @@
-"""`mt plot` and `mt attention`: valid PNGs from a tiny run, clear errors, matplotlib optional."""
+"""`mt plot` and `mt attention`: what each figure draws (the run's records, the model's attention
+weights), valid PNGs from a tiny run, clear errors, matplotlib optional."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import struct
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import PAIRS, write_jsonl
-from test_train import tiny_config
+import torch
+from conftest import PAIRS, metric_lines, tiny_config, write_jsonl
 
+import mt.training.plot
 from mt import checkpoint
-from mt.training.plot import _labels
+from mt.data.tokenizer import BOS, EOS
+from mt.decoding.engine import open_translator
+from mt.decoding.translate import source_ids, translate_ids
+from mt.training.plot import _labels, plot_attention, plot_run
 from mt.training.trainer import train
 
 try:
@@ -41,6 +47,18 @@ def png_size(path: Path) -> tuple[int, int]:
     assert data[12:16] == b"IHDR"
     assert len(data) > 10_000
     return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The figures the plots draw, kept instead of saved."""
+    figures: list = []
+    monkeypatch.setattr(mt.training.plot, "save_png", lambda fig, out: figures.append(fig) or out)
+    return figures
+
+
+def panels(fig) -> dict:
+    return {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
 
 
 def one_line_error(result: tuple[int, str, str]) -> str:
@@ -120,13 +138,63 @@ def test_token_labels_are_readable(run_dir):
 
 
 @needs_matplotlib
-def test_plot_marks_the_horizon_of_a_budget_run(tmp_path, cli_main):
+def test_the_training_plot_draws_the_run_s_records(run_dir, drawn):
+    plot_run(run_dir)
+    records = metric_lines(run_dir)
+    train = [r for r in records if r["kind"] == "train"]
+    valid = [r for r in records if r["kind"] == "valid"]
+    shown = panels(drawn[0])
+
+    def line(title: str, index: int = 0) -> tuple[list, list]:
+        drawn_line = shown[title].lines[index]
+        return list(drawn_line.get_xdata()), list(drawn_line.get_ydata())
+
+    steps = [r["step"] for r in train]
+    assert line("Loss (label-smoothed, per token)") == (steps, [r["loss"] for r in train])
+    assert line("Loss (label-smoothed, per token)", 1) == (
+        [r["step"] for r in valid],
+        [r["loss"] for r in valid],
+    )
+    assert line("Validation BLEU") == ([r["step"] for r in valid], [r["bleu"] for r in valid])
+    best = max(valid, key=lambda r: r["bleu"])
+    assert line("Validation BLEU", 1) == ([best["step"]], [best["bleu"]])  # the star
+    assert line("Learning rate") == (steps, [r["lr"] for r in train])
+    assert line("Throughput (target tokens/s)") == (steps, [r["tokens_per_s"] for r in train])
+    title = drawn[0]._suptitle.get_text()
+    assert f"{train[-1]['step']} updates" in title and f"{best['bleu']:.2f}" in title
+
+
+@needs_matplotlib
+def test_the_horizon_of_a_budget_run_is_marked_where_it_was_last_fitted(tmp_path, drawn):
     import json
 
-    rows = [{"kind": "train", "step": s, "lr": 1e-3 * (1 - s / 40), "loss": 5.0,
-             "tokens_per_s": 100.0, "elapsed_s": 1.5 * s} for s in range(1, 41)]  # fmt: skip
-    rows.insert(3, {"kind": "horizon", "step": 3, "horizon": 40, "budget_s": 60.0})
+    rows = [{"kind": "train", "step": s, "lr": 1e-3, "loss": 5.0, "tokens_per_s": 1.0,
+             "elapsed_s": 1.5 * s} for s in range(1, 41)]  # fmt: skip
+    rows.insert(3, {"kind": "horizon", "step": 3, "horizon": 50, "budget_s": 60.0})
+    rows.insert(9, {"kind": "horizon", "step": 9, "horizon": 40, "budget_s": 60.0})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    code, _, err = cli_main("plot", str(tmp_path))
-    assert code == 0, err
-    assert png_size(tmp_path / "training.png")[0] > 0
+    plot_run(tmp_path)
+    rate = panels(drawn[0])["Learning rate"]
+    marks = [ln for ln in rate.lines if ln.get_linestyle() == ":"]
+    assert len(marks) == 1 and list(marks[0].get_xdata()) == [40, 40]
+    assert "fits in" in rate.get_legend().get_texts()[0].get_text()
+
+
+@needs_matplotlib
+def test_the_attention_maps_are_the_model_s_weights_one_per_head(run_dir, drawn):
+    translator = open_translator(str(run_dir), "torch", "cpu", 0, [], None)
+    translation, _ = plot_attention(translator, "The cat sleeps.", layer=1, kind="cross")
+    model, tokenizer = translator.model, translator.src_tokenizer
+    ids = source_ids(model, tokenizer, ["The cat sleeps."])
+    greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
+    tokens = translate_ids(model, ids, greedy)[0][0].tokens
+    src, tgt = torch.tensor([[*ids[0], EOS]]), torch.tensor([[BOS, *tokens]])
+    with torch.no_grad():
+        cross = model.attention_weights(src, tgt)[0][1][0]  # layer 1: (heads, rows, cols)
+    maps = [ax for ax in drawn[0].axes if ax.get_title().startswith("head ")]
+    assert len(maps) == model.cfg.heads
+    labels = [t.get_text() for t in maps[0].get_xticklabels()]
+    assert labels == _labels(tokenizer, src[0].tolist())  # a column per source token, EOS too
+    for head, ax in enumerate(maps):
+        torch.testing.assert_close(torch.tensor(ax.get_images()[0].get_array().data), cross[head])
+    assert translation in drawn[0]._suptitle.get_text()

@@ -7,9 +7,16 @@ import functools
 
 import pytest
 import torch
-from test_model import trained_model
-from test_packing import batches, corpus, tensors, tiny_model
-from test_train import metric_lines, tiny_config, weights
+from conftest import (
+    metric_lines,
+    packed_batches,
+    packed_corpus,
+    packed_model,
+    packed_tensors,
+    tiny_config,
+    trained_model,
+    weights,
+)
 
 import mt.device
 import mt.training.rehearsal
@@ -70,7 +77,7 @@ def test_amx_bf16_is_detected_from_torch_and_cpu_flags(monkeypatch, amx_usable, 
 )
 def test_auto_precision_on_a_cpu_is_measured_by_the_clock(fp32_s, bf16_s, chosen, said):
     # each pass moves a mocked clock by its seconds, the first (untimed) ones by 100
-    model, batch = tiny_model(dropout=0.3), tensors(batches(corpus())[0])
+    model, batch = packed_model(dropout=0.3), packed_tensors(packed_batches(packed_corpus())[0])
     now, passes = [0.0], []
 
     def forward_in(dtype, seconds):

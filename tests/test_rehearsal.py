@@ -3,9 +3,9 @@ leaves a warning and an uncompiled step; the largest batch that fits, from measu
 
 import pytest
 import torch
-from test_packing import batches, corpus, tensors, tiny_model
+from conftest import packed_batches, packed_corpus, packed_model, packed_tensors
 
-from mt.errors import ConfigError
+from mt.errors import DoesNotFit
 from mt.training.loss import smoothed_loss
 from mt.training.rehearsal import Rehearsal, compiles, fitting_rows, on_every_rank, rehearse
 
@@ -18,8 +18,8 @@ def test_compiled_by_default_on_cuda_with_packed_batches_only():
 
 
 def test_a_failing_compiler_leaves_a_warning_and_an_uncompiled_step(monkeypatch):
-    model = tiny_model(dropout=0.3)  # draws from the generator: the rehearsal must give back
-    batch = tensors(batches(corpus())[0])
+    model = packed_model(dropout=0.3)  # draws from the generator: the rehearsal must give back
+    batch = packed_tensors(packed_batches(packed_corpus())[0])
 
     def forward(b):
         return smoothed_loss(model(b.src, b.tgt_in, b), b.tgt_out, 0.1)
@@ -51,9 +51,9 @@ def test_the_largest_batch_that_fits_is_on_the_line_through_two_measurements():
 
 def test_one_process_raises_its_own_rehearsal_failure_as_it_is():
     def too_big():
-        raise ConfigError("train.max_tokens: a batch of 48 tokens does not fit this GPU")
+        raise DoesNotFit("train.max_tokens: a batch of 48 tokens does not fit this GPU")
 
-    with pytest.raises(ConfigError, match=r"^train\.max_tokens: a batch of 48 tokens"):
+    with pytest.raises(DoesNotFit, match=r"^train\.max_tokens: a batch of 48 tokens"):
         on_every_rank(too_big, world=1)
     done = Rehearsal(forward=print, compiled=False, seconds=0.0, peak_bytes=0)
     assert on_every_rank(lambda: done, world=1) is done
@@ -65,8 +65,8 @@ def test_a_block_mask_that_fails_leaves_a_warning_and_dense_masks(monkeypatch):
     the run: it trains uncompiled, by dense masks, and says so in one line."""
     import mt.packed_attention
 
-    model = tiny_model()
-    batch = tensors(batches(corpus())[0])
+    model = packed_model()
+    batch = packed_tensors(packed_batches(packed_corpus())[0])
 
     def forward(b):
         return smoothed_loss(model(b.src, b.tgt_in, b), b.tgt_out, 0.1)

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_train import tiny_config, weights
+from conftest import tiny_config, weights
 
 from mt import checkpoint
 from mt.config import Config, TrainConfig
 from mt.errors import ConfigError
-from mt.training.schedule import Horizon, fit_horizon, learning_rate, time_fitted, warmup_updates
+from mt.training.budget import Horizon, fit_horizon, time_fitted
+from mt.training.schedule import learning_rate, warmup_updates
 from mt.training.trainer import Trainer
 
 

@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import PAIRS, mt_executable, write_jsonl
-from test_train import tiny_config
+from conftest import PAIRS, mt_executable, tiny_config, write_jsonl
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")

@@ -3,8 +3,9 @@
 (mt.cli.decoding).
 
 Every command takes `--config FILE` and `--set section.key=value` overrides. Errors a person
-can fix print one line on stderr and exit non-zero (2 for usage and configuration errors);
-MT_DEBUG=1 prints their traceback too.
+can fix print one line on stderr and exit non-zero, by kind (mt.errors): 2 for usage,
+configuration and input-file errors, 1 for what the machine cannot do, 3 for a run stopped
+by a health check; MT_DEBUG=1 prints their traceback too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import traceback
 import typer
 
 from ..errors import MtError
+from ..messages import say
 from . import decoding, training  # noqa: F401  (their commands join the app)
 from .app import app
 
@@ -43,7 +45,5 @@ def main() -> None:
 def _fail(message: str, code: int) -> int:
     if os.environ.get("MT_DEBUG") == "1":
         traceback.print_exc()
-    # one write, newline included: lines of ranks that fail at once never run together
-    sys.stderr.write(f"mt: error: {' '.join(message.split())}\n")
-    sys.stderr.flush()
+    say(f"mt: error: {' '.join(message.split())}")
     return code

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ConfigError
+from ..messages import say
 from ..serve.batcher import (
     Settings as ServeSettings,  # its defaults are the options'; no server deps
 )
@@ -112,7 +113,7 @@ def translate_command(
     if not interactive:
         _print_translations(translator, lines)
         return
-    typer.echo(f"mt: translating with {translator.path} (Ctrl-D to quit)", err=True)
+    say(f"mt: translating with {translator.path} (Ctrl-D to quit)")
     while True:
         typer.echo("en> ", err=True, nl=False)  # the prompt is not output: stderr
         line = sys.stdin.readline()
@@ -250,7 +251,7 @@ def export_command(
     from ..converters.ctranslate2 import export
 
     command = shlex.join(["mt", *sys.argv[1:]])
-    typer.echo(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}", err=True)
+    say(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}")
 
 
 # The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.
@@ -281,7 +282,21 @@ def attention_command(
     translator = _open(checkpoint, config, set_, device)
     translation, path = plot_attention(translator, sentence, out, layer=layer, kind=kind)
     typer.echo(translation)
-    typer.echo(f"wrote {path}", err=True)
+    say(f"wrote {path}")
+
+
+# the server's limits (their defaults: ServeSettings')
+MaxCharsOption = Annotated[int, typer.Option(help="Characters a text may have (413 beyond).")]
+MaxTextsOption = Annotated[int, typer.Option(help="Texts a request may hold (413 beyond).")]
+MaxRequestsOption = Annotated[
+    int, typer.Option(help="Requests waiting or decoding at once (503 beyond).")
+]
+BatchTextsOption = Annotated[
+    int, typer.Option(help="Texts of concurrent requests one decoder batch gathers at most.")
+]
+BatchWaitOption = Annotated[
+    float, typer.Option(help="How long a batch waits for more requests after its first.")
+]
 
 
 @app.command(name="serve")
@@ -300,21 +315,11 @@ def serve_command(
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
-    max_chars: Annotated[
-        int, typer.Option(help="Characters a text may have (413 beyond).")
-    ] = ServeSettings.max_chars,
-    max_texts: Annotated[
-        int, typer.Option(help="Texts a request may hold (413 beyond).")
-    ] = ServeSettings.max_texts,
-    max_requests: Annotated[
-        int, typer.Option(help="Requests waiting or decoding at once (503 beyond).")
-    ] = ServeSettings.max_requests,
-    batch_texts: Annotated[
-        int, typer.Option(help="Texts of concurrent requests one decoder batch gathers at most.")
-    ] = ServeSettings.batch_texts,
-    batch_wait_ms: Annotated[
-        float, typer.Option(help="How long a batch waits for more requests after its first.")
-    ] = ServeSettings.batch_wait_ms,
+    max_chars: MaxCharsOption = ServeSettings.max_chars,
+    max_texts: MaxTextsOption = ServeSettings.max_texts,
+    max_requests: MaxRequestsOption = ServeSettings.max_requests,
+    batch_texts: BatchTextsOption = ServeSettings.batch_texts,
+    batch_wait_ms: BatchWaitOption = ServeSettings.batch_wait_ms,
 ) -> None:
     r"""Serve translations over HTTP: LibreTranslate's JSON API and a page.
 

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ..errors import ConfigError
+from ..messages import say
 from .app import ConfigOption, SetOption, _config, app
 
 
@@ -28,10 +29,7 @@ def prepare(
     prepared = run_prepare(cfg, rebuild=rebuild, base=base)
     stats = dict(prepared.stats, reused_cache=prepared.reused, run_dir=cfg.run.dir)
     if prepared.reused:
-        typer.echo(
-            f"reusing the cached data in {cfg.run.dir}/data (fingerprint {stats['fingerprint']})",
-            err=True,
-        )
+        say(f"reusing the cached data in {cfg.run.dir}/data (fingerprint {stats['fingerprint']})")
     typer.echo(json.dumps(stats, ensure_ascii=False) if as_json else format_summary(stats))
 
 
@@ -97,7 +95,7 @@ def average(
     else:
         files = [ckpt.resolve(c) for c in checkpoints]
     ckpt.average(files, Path(out))
-    typer.echo(f"averaged {len(files)} checkpoints into {out}", err=True)
+    say(f"averaged {len(files)} checkpoints into {out}")
 
 
 @app.command(name="plot")
@@ -113,7 +111,7 @@ def plot_command(
     """
     from ..training.plot import plot_run
 
-    typer.echo(f"wrote {plot_run(run_dir, out)}", err=True)
+    say(f"wrote {plot_run(run_dir, out)}")
 
 
 def format_summary(stats: dict) -> str:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from ..data import tokenizer as tok
 from ..data.tokenizer import SPECIAL_TOKENS
 from ..decoding.ct2 import MANIFEST, MANIFEST_FORMAT, ctranslate2, known_bleu, vocabulary
 from ..errors import ConfigError
 from ..files import atomic_path
+from ..run_folder import tokenizer_files
 
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("int8", "int8_float32", "bfloat16", "float16", "float32")
@@ -67,7 +67,7 @@ def export(
     spec.validate()
     spec.optimize(quantization=quantization)
     cfg = loaded.config
-    src_file, tgt_file = tok.tokenizer_files(
+    src_file, tgt_file = tokenizer_files(
         Path(), cfg.data.src_lang, cfg.data.tgt_lang, cfg.tokenizer.joint
     )
     manifest = {

@@ -18,7 +18,7 @@ places that choose, by `pack_length`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .packing import Rows, collate_packed, each, pack_rows
+from .packing import PackedBatch, Rows, collate_packed, pack_rows
 from .store import Split
 from .tokenizer import BOS, EOS, PAD
 
@@ -190,12 +190,19 @@ class Batches:
             )
         else:
             arrays = collate(plan.split, batch)
-        tensors = each(torch.from_numpy, arrays)
-        return each(torch.Tensor.pin_memory, tensors) if self.pin else tensors
+        tensors = map_batch(torch.from_numpy, arrays)
+        return map_batch(torch.Tensor.pin_memory, tensors) if self.pin else tensors
 
     def close(self) -> None:
         if self._pool:
             self._pool.shutdown(cancel_futures=True)
+
+
+def map_batch(fn: Callable[[Any], Any], batch: Iterable) -> tuple:
+    """`fn` applied to every array (or tensor) of a batch, padded or packed: a PackedBatch
+    stays one, a padded batch (src, tgt_in, tgt_out) is a tuple."""
+    items = map(fn, batch)
+    return type(batch)(*items) if isinstance(batch, PackedBatch) else tuple(items)
 
 
 def token_batches(

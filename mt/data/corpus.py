@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..config import DataConfig
-from ..errors import ConfigError, MtError, one_line
+from ..errors import ConfigError, InputError, MtError, one_line
 
 SPLITS = ("train", "valid", "test")
 CHUNK = 1 << 15  # pairs read, normalised and encoded together
@@ -74,7 +74,7 @@ def _entry(entry: str | dict[str, Any], cfg: DataConfig, key: str) -> Corpus:
     weight = None if isinstance(entry, str) else entry.get("weight")
     for file in files:
         if Path(file).is_file() and Path(file).stat().st_size == 0:
-            raise ConfigError(f"{key}: {file}: an empty file")
+            raise InputError(f"{key}: {file}: an empty file")
     name = f"{key}: {', '.join(files)}"
     if len(files) == 2:
         return Corpus(name, files, weight, lambda: _aligned(*files, key))
@@ -93,7 +93,7 @@ def _aligned(src: str, tgt: str, key: str) -> Iterator[Chunk]:
             xs, ys = _read(a, src, key), _read(b, tgt, key)
             if len(xs) != len(ys):
                 counts = [line - 1 + len(x) + sum(1 for _ in f) for x, f in ((xs, a), (ys, b))]
-                raise ConfigError(
+                raise InputError(
                     f"{key}: {src} has {counts[0]:,} lines and {tgt} {counts[1]:,}: aligned "
                     "files need one sentence a line on both sides"
                 )
@@ -112,14 +112,14 @@ def _open(path: str, key: str) -> IO[bytes]:
     try:
         return _open_bytes(path)
     except OSError as e:
-        raise ConfigError(f"{key}: {path}: cannot read: {e.strerror}") from None
+        raise InputError(f"{key}: {path}: cannot read: {e.strerror}") from None
 
 
 def _read(f: IO[bytes], path: str, key: str) -> list[bytes]:
     try:
         return list(islice(f, CHUNK))
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise ConfigError(f"{key}: {path}: not a readable gzip file ({one_line(e)})") from None
+        raise InputError(f"{key}: {path}: not a readable gzip file ({one_line(e)})") from None
 
 
 def _lines(data: list[bytes], path: str, key: str, first: int) -> list[str]:
@@ -188,7 +188,7 @@ def _load_file(file: str, key: str) -> Any:
                 for _ in read_jsonl(Path(file), f"{key}: {file}"):
                     pass
         why = one_line(e.__cause__ or e) or type(e).__name__
-        raise ConfigError(f"{key}: cannot read {file}: {why}") from None
+        raise InputError(f"{key}: cannot read {file}: {why}") from None
     finally:
         datasets.logging.set_verbosity(level)
 
@@ -217,7 +217,7 @@ def _rows(dataset: Any, cfg: DataConfig, origin: str, file: str = "") -> Iterato
             for lang, side in zip((cfg.src_lang, cfg.tgt_lang), chunk):
                 for i, text in enumerate(side):
                     if not isinstance(text, str | None):  # None: a missing value, cleaned away
-                        raise ConfigError(
+                        raise InputError(
                             f"{origin}: row {number + i}: '{lang}' is {type(text).__name__}, "
                             "not text"
                         )
@@ -227,7 +227,7 @@ def _rows(dataset: Any, cfg: DataConfig, origin: str, file: str = "") -> Iterato
         if file:
             with _open_bytes(file) as f:
                 decode_text(f.read(), origin)
-        raise ConfigError(f"{origin}: not UTF-8 text") from None
+        raise InputError(f"{origin}: not UTF-8 text") from None
 
 
 def _columns(rows: dict[str, list[Any]], cfg: DataConfig, origin: str) -> Chunk:
@@ -280,7 +280,7 @@ def read_lines(path: str, option: str) -> list[str]:
             else stream.read().encode("utf-8", "surrogateescape")
         )
     elif not Path(path).is_file():
-        raise ConfigError(f"{option} {path}: no such file")
+        raise InputError(f"{option} {path}: no such file")
     else:
         data = Path(path).read_bytes()
     return decode_text(data, name).splitlines()
@@ -295,10 +295,10 @@ def decode_text(data: bytes, name: str, line: int = 1) -> str:
         line += data[: e.start].count(b"\n")
         byte = e.start - data.rfind(b"\n", 0, e.start) - 1  # counted from the line's start
         why = f"{e.reason} at byte {byte} of the line"
-        raise ConfigError(f"{name}:{line}: not UTF-8 text ({why})") from None
+        raise InputError(f"{name}:{line}: not UTF-8 text ({why})") from None
     if "\0" in text:
         line += text[: text.index("\0")].count("\n")
-        raise ConfigError(f"{name}:{line}: a NUL byte, so not a text file; refusing it")
+        raise InputError(f"{name}:{line}: a NUL byte, so not a text file; refusing it")
     return text
 
 
@@ -323,4 +323,4 @@ def read_jsonl(path: Path, name: str = "") -> Iterator[Any]:
                 try:
                     yield json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise ConfigError(f"{name}:{number}: invalid JSON: {e.msg}") from None
+                    raise InputError(f"{name}:{number}: invalid JSON: {e.msg}") from None

@@ -14,8 +14,7 @@ run rebuilds the same epoch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from .tokenizer import BOS, EOS, PAD
 
 ROW_MULTIPLE = 128  # default row lengths are multiples of FlexAttention's block size
 
-__all__ = ["PackedBatch", "Rows", "collate_packed", "each", "pack_rows", "row_length"]
+__all__ = ["PackedBatch", "Rows", "collate_packed", "pack_rows", "row_length"]
 
 
 class Rows(NamedTuple):
@@ -46,13 +45,6 @@ class PackedBatch(NamedTuple):
     tgt_doc: np.ndarray
     src_pos: np.ndarray  # position of each token in its sentence (0 at padding)
     tgt_pos: np.ndarray
-
-
-def each(fn: Callable[[Any], Any], batch: Iterable) -> tuple:
-    """`fn` applied to every array (or tensor) of a batch: a PackedBatch stays one, and a
-    padded batch (src, tgt_in, tgt_out) a tuple."""
-    items = map(fn, batch)
-    return type(batch)(*items) if isinstance(batch, PackedBatch) else tuple(items)
 
 
 def row_length(config: Config, device_type: str) -> int:

@@ -32,9 +32,17 @@ from tokenizers import Tokenizer
 
 from ..config import Config, DataConfig
 from ..config_file import dump_config
-from ..errors import ConfigError, MtError
+from ..errors import InputError, MtError
 from ..files import atomic_path, atomic_write_text, remove
-from ..run_folder import CONFIG, README, RUN_README, data_dir
+from ..run_folder import (
+    CONFIG,
+    META,
+    README,
+    RUN_README,
+    data_dir,
+    held_out_text,
+    tokenizer_files,
+)
 from . import tokenizer as tok
 from .corpus import (
     SPLITS,
@@ -108,7 +116,7 @@ def inputs_of(config: Config) -> dict[str, Any]:
     file in the run folder (None where absent). Saved with every checkpoint; a resume compares
     them before anything is rebuilt, so a changed corpus never re-learns the vocabulary under
     trained weights."""
-    files = tok.tokenizer_files(
+    files = tokenizer_files(
         Path(config.run.dir), config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
     )
     return {
@@ -131,7 +139,7 @@ def prepare(
     run_dir = Path(config.run.dir)
     cache = data_dir(run_dir)
     fp = fingerprint(config)
-    tok_files = tok.tokenizer_files(
+    tok_files = tokenizer_files(
         run_dir, config.data.src_lang, config.data.tgt_lang, config.tokenizer.joint
     )
     prepared = None if rebuild else _load_cache(cache, fp, tok_files)
@@ -161,7 +169,7 @@ def _build_cache(
             meta, tokenizers = _build(config, fp, tmp, base(config) if base else None)
             texts = [t.to_str(pretty=True) for t in tokenizers]
             meta["tokenizers"] = {p.name: _sha256(t.encode()) for p, t in zip(tok_files, texts)}
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     except BaseException:
         if created:
             remove(cache.parent)
@@ -301,7 +309,7 @@ def _coded(
             yield i, chunk, codes[at : at + len(chunk[0])]
             at += len(chunk[0])
         if seen != count:
-            raise ConfigError(f"{corpus.name}: {_CHANGED}")
+            raise InputError(f"{corpus.name}: {_CHANGED}")
 
 
 _CHANGED = "changed while it was being prepared; prepare again"
@@ -310,7 +318,7 @@ _CHANGED = "changed while it was being prepared; prepare again"
 def _check_unchanged(watched: dict[str, list[Any]]) -> None:
     for file, seen in watched.items():
         if _file_id(file) != seen:
-            raise ConfigError(f"data.files: {file}: {_CHANGED}")
+            raise InputError(f"data.files: {file}: {_CHANGED}")
 
 
 def _encode_chunk(
@@ -365,7 +373,7 @@ def _write_held_out(
     ):
         sides[side] = _flat(tok.encode(tokenizer, texts))
     writer.append(sides)
-    with open(folder / f"{name}.jsonl", "w", encoding="utf-8") as f:
+    with open(held_out_text(folder, name), "w", encoding="utf-8") as f:
         for src, tgt in pairs:
             f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
     return writer.close()
@@ -397,7 +405,7 @@ def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split]
 
 def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared | None:
     try:
-        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((cache / META).read_text(encoding="utf-8"))
         if meta["fingerprint"] != fp or any(
             not p.is_file() or _sha256(p.read_bytes()) != meta["tokenizers"].get(p.name)
             for p in tok_files
@@ -405,7 +413,7 @@ def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared 
             return None
         splits = {name: open_split(cache, name, meta["store"][name]) for name in SPLITS}
         for name in HELD_OUT:
-            pairs = read_pairs_jsonl(cache / f"{name}.jsonl", "src", "tgt")
+            pairs = read_pairs_jsonl(held_out_text(cache, name), "src", "tgt")
             splits[name].src_text = [src for src, _ in pairs]
             splits[name].tgt_text = [tgt for _, tgt in pairs]
             if len(pairs) != len(splits[name]):
@@ -421,7 +429,7 @@ def _file_id(path: str) -> list[Any]:
     try:
         stat = Path(path).stat()
     except OSError as e:
-        raise ConfigError(f"data.files: {path}: {e.strerror}") from None
+        raise InputError(f"data.files: {path}: {e.strerror}") from None
     return [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
 
 

@@ -18,6 +18,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..run_folder import store_files
+
 SIDES = ("src", "tgt")
 
 
@@ -109,8 +111,8 @@ class SplitWriter:
         self.files: dict[str, tuple[IO[bytes], IO[bytes]]] = {}
         for side in SIDES:
             ids, offsets = (  # closed by `close`; a failed build removes the folder
-                open(folder / f"{name}.{side}.{k}", "wb")  # noqa: SIM115
-                for k in ("tokens", "offsets")
+                open(path, "wb")  # noqa: SIM115
+                for path in store_files(folder, name, side)
             )
             offsets.write(np.zeros(1, np.int64).tobytes())
             self.files[side] = ids, offsets
@@ -136,10 +138,9 @@ def open_split(folder: Path, name: str, layout: dict[str, Any]) -> Split:
     have the sizes `layout` says (a damaged store)."""
     sides = []
     for side in SIDES:
-        ids = _map(
-            folder / f"{name}.{side}.tokens", np.dtype(layout["dtype"]), layout["tokens"][side]
-        )
-        offsets = _map(folder / f"{name}.{side}.offsets", np.dtype(np.int64), layout["pairs"] + 1)
+        ids_file, offsets_file = store_files(folder, name, side)
+        ids = _map(ids_file, np.dtype(layout["dtype"]), layout["tokens"][side])
+        offsets = _map(offsets_file, np.dtype(np.int64), layout["pairs"] + 1)
         if offsets[0] != 0 or offsets[-1] != len(ids):
             raise ValueError(f"{name}.{side}: offsets do not match the tokens")
         sides.append(Sentences(ids, offsets))

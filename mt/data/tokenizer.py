@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import numpy as np
 from tokenizers import (
@@ -79,13 +78,6 @@ def train_tokenizers(
         joint = train_tokenizer([*src, *tgt], cfg, length=len(src) + len(tgt))
         return joint, joint
     return train_tokenizer(src, cfg, len(src)), train_tokenizer(tgt, cfg, len(tgt))
-
-
-def tokenizer_files(run_dir: Path, src_lang: str, tgt_lang: str, joint: bool) -> tuple[Path, Path]:
-    """Where a run keeps its tokenizers: tokenizer.json, or tokenizer.<lang>.json each."""
-    if joint:
-        return run_dir / "tokenizer.json", run_dir / "tokenizer.json"
-    return run_dir / f"tokenizer.{src_lang}.json", run_dir / f"tokenizer.{tgt_lang}.json"
 
 
 def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -14,6 +13,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 from tqdm import tqdm
+
+from ..messages import say
 
 PERIOD = 30.0  # seconds between progress lines off a terminal
 
@@ -87,10 +88,7 @@ class Meter:
         if self.bar.disable and now - self.said >= PERIOD:
             self.said, rate = now, self.done / max(now - self.start, 1e-9)
             left = f", {(self.total - self.done) / rate / 60:.1f} min left" if self.total else ""
-            print(
-                f"prepare: {self.desc} {self.done:,} pairs, {rate:,.0f} pairs/s{left}",
-                file=sys.stderr,
-            )
+            say(f"prepare: {self.desc} {self.done:,} pairs, {rate:,.0f} pairs/s{left}")
 
     def close(self) -> None:
         self.bar.close()

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from tokenizers import Tokenizer
 
 from ..config import Config, DecodeConfig, ModelConfig
 from ..config_file import config_from_dict
 from ..data import tokenizer as tok
 from ..data.tokenizer import SPECIAL_TOKENS
-from ..errors import ConfigError, MtError
+from ..errors import ConfigError, InputError, MachineError
 
 MANIFEST = "mt.json"
 MANIFEST_FORMAT = "mt-ctranslate2-1"
@@ -35,7 +36,7 @@ def ctranslate2() -> Any:
     try:
         import ctranslate2 as ct2
     except ImportError:
-        raise MtError("ctranslate2 is not installed: pip install 'mt[export]'") from None
+        raise MachineError("ctranslate2 is not installed: pip install 'mt[export]'") from None
     return ct2
 
 
@@ -91,9 +92,9 @@ def _manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise ConfigError(f"{path / MANIFEST}: not readable ({e})") from None
+        raise InputError(f"{path / MANIFEST}: not readable ({e})") from None
     if manifest.get("format") != MANIFEST_FORMAT:
-        raise ConfigError(f"{path / MANIFEST}: not an mt export ('{MANIFEST_FORMAT}' expected)")
+        raise InputError(f"{path / MANIFEST}: not an mt export ('{MANIFEST_FORMAT}' expected)")
     return manifest
 
 
@@ -110,7 +111,7 @@ def load(path: str | Path, device: str = "cpu", threads: int = 0) -> Exported:
             str(path), device=kind, device_index=index, intra_threads=threads
         )
     except (RuntimeError, ValueError) as e:
-        raise ConfigError(f"{path}: CTranslate2 cannot load it ({e})") from None
+        raise InputError(f"{path}: CTranslate2 cannot load it ({e})") from None
     src = Tokenizer.from_file(str(path / manifest["src_tokenizer"]))
     tgt = Tokenizer.from_file(str(path / manifest["tgt_tokenizer"]))
     return Exported(translator, config, src, tgt, path, manifest, str(device))
@@ -125,14 +126,14 @@ def translate_nbest(
     Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
-    from ..model import max_length
+    from .search import output_lengths, within_positions
     from .translate import decode_batch_tokens, source_ids
 
     ids = source_ids(exported, exported.src_tokenizer, texts)
-    # as decode.max_output_lengths: the source length counts its EOS
-    limits = [int((len(x) + 1) * cfg.max_len_a + cfg.max_len_b) for x in ids]
-    limits = [min(n, max_length(exported.cfg)) for n in limits]
-    greedy = cfg.beam == 1 and cfg.nbest == 1
+    lengths = torch.tensor([len(x) + 1 for x in ids], dtype=torch.long)  # EOS counted
+    limits = within_positions(output_lengths(lengths, cfg.max_len_a, cfg.max_len_b), exported.cfg)
+    limits = limits.tolist()
+    greedy = cfg.greedy
     out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
     todo = [i for i, x in enumerate(ids) if x]
     if not todo:

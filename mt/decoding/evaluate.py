@@ -12,7 +12,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from ..config import Config
 from ..data.corpus import normalize, read_lines, read_pairs, read_pairs_jsonl
 from ..errors import ConfigError
-from ..run_folder import data_dir
+from ..run_folder import data_dir, held_out_text
 
 if TYPE_CHECKING:
     from .engine import Translator
@@ -56,7 +56,7 @@ def evaluation_set(
             )
         found, name = list(zip(sources, references)), src
     else:
-        cached = data_dir(run_dir) / f"{split}.jsonl"
+        cached = held_out_text(data_dir(run_dir), split)
         if not cached.is_file():
             raise ConfigError(
                 f"{cached}: the run's {split} split is not there; pass --pairs "

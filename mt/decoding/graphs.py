@@ -15,7 +15,6 @@ that the caller's batch-halving retry still works.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..data.tokenizer import BOS
+from ..messages import say
 from ..model import DecoderState, Transformer
 
 # shapes whose buffers and graphs are kept, the least recently used dropped: each takes about
@@ -178,7 +178,7 @@ class Graphs:
             raise
 
     def _give_up(self, why: str) -> None:
-        print(f"warning: CUDA graphs of the decode step: {why}; decoding without", file=sys.stderr)
+        say(f"warning: CUDA graphs of the decode step: {why}; decoding without")
         self.failed = True
         self.shapes.clear()
 

@@ -9,8 +9,9 @@ is the one beam search gives that hypothesis (tested).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -27,6 +28,36 @@ from ..errors import ConfigError
 from ..model import Transformer, max_length
 from .search import length_penalty
 from .translate import decode_batch_tokens
+
+T = TypeVar("T")
+
+
+def teacher_forced(
+    model: Transformer,
+    split: Split,
+    lengths: tuple[np.ndarray, np.ndarray],
+    budget: int,
+    device: torch.device,
+    measure: Callable[[torch.Tensor, torch.Tensor], T],
+    dtype: torch.dtype | None = None,
+) -> Iterator[tuple[np.ndarray, T]]:
+    """The one teacher-forced pass over a split, for scoring and validation: batches of about
+    `budget` tokens by `lengths` (source, target), in order, each as its sentences' indices
+    and what `measure` makes of the decoder's logits (B, T, V) given the reference prefix
+    and the labels (B, T). The logits are gone before the next batch's pass."""
+    for index in token_batches(*lengths, budget, 0, 0, shuffle=False):
+        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
+        with autocast(device, dtype):
+            logits = model(src, tgt_in)
+        measured = measure(logits, tgt_out)
+        del logits
+        yield index, measured
+
+
+def _target_logprobs(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+    # (B, T, V), (B, T) -> (B,): each target's log-probability, its EOS included
+    token_logprobs = logits.float().log_softmax(-1).gather(-1, tgt_out.unsqueeze(-1))
+    return token_logprobs.squeeze(-1).masked_fill(tgt_out == PAD, 0).sum(1)
 
 
 @dataclass
@@ -74,12 +105,9 @@ def score_ids(
     model.eval()
     logprobs = np.zeros(len(split))
     budget = decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
-    for index in token_batches(*lengths, budget, 0, 0, shuffle=False):
-        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
-        with autocast(device, dtype):
-            logits = model(src, tgt_in)  # (B, T, V)
-        token_logprobs = logits.float().log_softmax(-1).gather(-1, tgt_out.unsqueeze(-1))
-        logprobs[index] = token_logprobs.squeeze(-1).masked_fill(tgt_out == PAD, 0).sum(1).tolist()
+    passes = teacher_forced(model, split, lengths, budget, device, _target_logprobs, dtype)
+    for index, sums in passes:
+        logprobs[index] = sums.tolist()
     return [
         Scored(float(lp), int(n), float(lp / n), float(lp / length_penalty(int(n), cfg.alpha)))
         for lp, n in zip(logprobs, lengths[1] + 1)

@@ -3,7 +3,7 @@
 Both decode a whole batch at once; how the loop meets the device (how often the host looks,
 whether done sentences' rows leave the cache, a static cache, CUDA graphs) is a `Plan`. A
 sentence's output has at most `max_len` tokens before EOS, which is then forced;
-`max_output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
+`output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
 Put the model in eval mode first.
 """
 
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from mt.config import DecodeConfig
+from mt.config import DecodeConfig, ModelConfig
 from mt.data.tokenizer import BOS, EOS, PAD
 from mt.decoding.graphs import Step, graphs_for
 from mt.model import DecoderState, Transformer, max_length
@@ -38,16 +38,28 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     return ((5 + length) / 6) ** alpha
 
 
+def output_lengths(source_lengths: Tensor, a: float, b: int) -> Tensor:
+    """The decode.max_len_a/b rule, the one every engine applies: a * source length (its EOS
+    counted) + b tokens for each sentence, (B,) -> (B,) long; lowered to what the model's
+    positions hold by `within_positions`."""
+    return (source_lengths * a + b).long()
+
+
 def max_output_lengths(src: Tensor, a: float, b: int) -> Tensor:
-    """a * (real source length) + b tokens for each sentence: src (B, S) -> (B,) long.
-    greedy and beam_search lower it where the model's max_positions requires."""
-    return ((src != PAD).sum(1) * a + b).long()
+    """`output_lengths` of a padded batch src (B, S) -> (B,) long."""
+    return output_lengths((src != PAD).sum(1), a, b)
+
+
+def within_positions(max_len: int | Tensor, model: ModelConfig) -> Tensor:
+    """Output lengths lowered where the model's positions require: the step that must give
+    EOS reads position max_len, which must exist."""
+    return torch.as_tensor(max_len).clamp(max=max_length(model))
 
 
 def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
-    # -> (B,); the step that must give EOS reads position max_len, which must exist
+    # -> (B,)
     limit = torch.as_tensor(max_len, device=src.device).expand(src.size(0))
-    return limit.clamp(max=max_length(model.cfg))
+    return within_positions(limit, model.cfg)
 
 
 def _forbid(scores: Tensor, force_eos: Tensor | None) -> Tensor:

@@ -4,7 +4,6 @@ decoded greedily or with beam search, and returned in input order."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,23 +16,10 @@ from ..data import tokenizer as tok
 from ..data.batches import pad_batch
 from ..data.tokenizer import EOS
 from ..device import autocast, precision_for
-from ..errors import MtError
+from ..errors import MachineError
+from ..messages import say
 from ..model import Transformer, max_length
 from .search import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
-
-
-def translate(
-    model: Transformer,
-    src_tokenizer: Tokenizer,
-    tgt_tokenizer: Tokenizer,
-    texts: Sequence[str],
-    cfg: DecodeConfig,
-    device: torch.device | str = "cpu",
-    progress: bool = False,
-) -> list[str]:
-    """The best translation of each text, in input order; an empty text gives ""."""
-    found = translate_nbest(model, src_tokenizer, tgt_tokenizer, texts, cfg, device, progress)
-    return [hyps[0][0] for hyps in found]
 
 
 def translate_nbest(
@@ -64,10 +50,7 @@ def source_ids(model: Transformer, tokenizer: Tokenizer, texts: Sequence[str]) -
     limit = max_length(model.cfg)
     too_long = sum(len(x) > limit for x in ids)
     if too_long:
-        print(
-            f"warning: {too_long} input(s) longer than {limit} tokens were truncated",
-            file=sys.stderr,
-        )
+        say(f"warning: {too_long} input(s) longer than {limit} tokens were truncated")
     return [x[:limit] for x in ids]
 
 
@@ -122,15 +105,14 @@ def translate_ids(
                 found = _search(model, src, cfg, plan)
         except torch.OutOfMemoryError:
             if len(batch) == 1:
-                raise MtError(
+                raise MachineError(
                     f"a sentence of {src.size(1)} tokens does not fit in the memory of "
                     f"{device} with beam {cfg.beam}"
                 ) from None
             if cap == len(order):
-                print(
+                say(
                     f"warning: a batch of {len(batch)} sentences did not fit in the memory of "
-                    f"{device}; decoding in smaller batches (lower decode.batch_tokens)",
-                    file=sys.stderr,
+                    f"{device}; decoding in smaller batches (lower decode.batch_tokens)"
                 )
             del src
             if device.type == "cuda":
@@ -158,7 +140,7 @@ def _batches(ids: Sequence[Sequence[int]], order: list, budget: int, beam: int) 
 
 def _search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, plan) -> list:
     """Greedy search (one hypothesis, no score) or beam search of one batch."""
-    if cfg.beam == 1 and cfg.nbest == 1:
+    if cfg.greedy:
         lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
         return [
             [Hypothesis(t, float("nan"), float("nan"))] for t in greedy(model, src, lengths, plan)

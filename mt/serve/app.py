@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, MtError
+from ..errors import ConfigError, MachineError
 
 if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays quick
     from ..decoding.engine import Translator
@@ -128,7 +128,9 @@ def run(open_model: Callable[[], Translator], settings: Settings, host: str, por
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise MtError("starlette and uvicorn are not installed: pip install 'mt[serve]'") from None
+        raise MachineError(
+            "starlette and uvicorn are not installed: pip install 'mt[serve]'"
+        ) from None
     sock = listen(host, port)
     service = Service(open_model, settings)
     uv = server(create_app(service))

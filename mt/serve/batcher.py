@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..messages import say
 
 if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays quick
     import asyncio
@@ -187,4 +187,5 @@ def _settle(future: asyncio.Future, result: Any, error: BaseException | None) ->
 
 
 def log(message: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} mt serve: {message}", file=sys.stderr, flush=True)
+    """A line of the server's log: the time, then `message`."""
+    say(f"{time.strftime('%H:%M:%S')} mt serve: {message}")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from ..config import beam_holds
 from .batcher import BadRequest, Settings
 
 MAX_BEAM = 16
@@ -45,7 +46,7 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
         raise BadRequest(400, f"format: {fields['format']!r} is not served (only 'text')")
     alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
     beam = _integer(fields, "beam", max(beam, alternatives + 1), 1, MAX_BEAM, form)
-    if alternatives >= beam:
+    if not beam_holds(alternatives + 1, beam):
         raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
     return texts, single, beam, alternatives, fields.get("source") == "auto"
 

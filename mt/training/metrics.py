@@ -14,16 +14,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ..errors import ConfigError, MtError
+from ..errors import ConfigError, InputError, MachineError
 from ..files import atomic_write_text, why
+from ..messages import say
 from ..run_folder import METRICS
 
 FILE = METRICS
-
-
-def say(message: str) -> None:
-    """A line for the person watching, on stderr, without breaking the progress bar."""
-    tqdm.write(message, file=sys.stderr)
 
 
 def append(run_dir: Path, record: dict[str, Any]) -> None:
@@ -32,7 +28,7 @@ def append(run_dir: Path, record: dict[str, Any]) -> None:
         with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
     except OSError as e:  # a full disk between two saves: the checkpoints stay as they were
-        raise MtError(f"{path}: cannot write: {why(e)}") from None
+        raise MachineError(f"{path}: cannot write: {why(e)}") from None
 
 
 def forget_after(run_dir: Path, step: int) -> None:
@@ -67,8 +63,8 @@ def read_metrics(run_dir: Path) -> list[dict]:
             records.append(json.loads(line))
         except json.JSONDecodeError:
             if number < len(lines):
-                raise ConfigError(f"{path}:{number}: not a JSON line") from None
-            print(f"mt: warning: {path}:{number}: a partial last line, skipped", file=sys.stderr)
+                raise InputError(f"{path}:{number}: not a JSON line") from None
+            say(f"mt: warning: {path}:{number}: a partial last line, skipped")
     return [r for r in records if isinstance(r, dict)]
 
 

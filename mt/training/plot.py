@@ -16,7 +16,7 @@ from typing import Any
 from ..data.tokenizer import SPECIAL_TOKENS
 from ..errors import ConfigError
 from ..files import atomic_path
-from ..run_folder import PLOT
+from ..run_folder import METRICS, PLOT
 from .metrics import read_metrics
 
 INSTALL_HINT = "plotting needs matplotlib: pip install 'mt[plot]'"
@@ -56,7 +56,7 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     train = [r for r in records if r.get("kind") == "train"]
     valid = [r for r in records if r.get("kind") == "valid"]
     if not train and not valid:
-        raise ConfigError(f"{run_dir / 'metrics.jsonl'}: no metrics yet; try again in a moment")
+        raise ConfigError(f"{run_dir / METRICS}: no metrics yet; try again in a moment")
 
     def xy(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
         rows = [r for r in rows if isinstance(r.get(key), (int, float))]

@@ -17,9 +17,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..data.packing import each
-from ..errors import ConfigError, MtError, one_line
-from .ranks import rng_state, set_rng_state
+from ..config import TrainConfig
+from ..data.batches import map_batch
+from ..data.tokenizer import PAD
+from ..device import DTYPES, dtype_name, precision_for
+from ..errors import DoesNotFit, MtError, one_line
+from ..messages import say
+from ..packed_attention import flex_refusal
+from .ranks import Ranks, rng_state, set_rng_state
 
 HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentation
 # bf16 is kept on a CPU only when its passes are this much faster than float32's: what bf16
@@ -28,6 +33,68 @@ HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentati
 FASTER = 1.1
 TIMED = 3  # passes timed in each precision, after an untimed one (allocations, kernels)
 Forward = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch -> (loss, nll)
+
+
+MEASURED = ("fp32", "bf16")  # what train.precision auto measures on a CPU
+
+
+@dataclass
+class Step:
+    """How every update of a session computes, decided on its first batch before the update
+    is built: the precision (`train.precision`, measured where auto on a CPU) and the forward
+    pass in it, compiled or not."""
+
+    forward: Forward
+    dtype: torch.dtype | None  # autocast's (None: plain float32)
+    why: str  # one line: the precision and why
+    compiled: bool
+    seconds: float  # of the rehearsed first update: compiling, mostly, when compiled
+    rates: dict[str, float]  # what train.precision auto measured, per precision (or none)
+
+    @property
+    def precision(self) -> str:
+        return dtype_name(self.dtype)
+
+
+def decide(
+    forward_in: Callable[[torch.dtype | None], Forward],
+    batch: Any,
+    model: torch.nn.Module,
+    t: TrainConfig,
+    ranks: Ranks,
+    packed: bool,
+    measured: str,
+    state_bytes: int,
+) -> Step:
+    """The session's `Step`, on its first `batch` (on the device): `forward_in(dtype)` is the
+    forward pass in a precision. On a CPU, train.precision auto is measured (`measured`: what
+    an earlier session of the run chose, kept; rank 0's choice on every rank); the pass is
+    compiled where that pays (`compiles`) and, on a GPU, a batch too big for it is refused
+    (`rehearse`). `state_bytes`: GPU memory the optimiser will take at its first step."""
+    device = batch[0].device
+    dtype, why = precision_for(t.precision, device)
+    rates: dict[str, float] = {}
+    model.train()
+    if t.precision == "auto" and device.type == "cpu":
+        if measured:  # a resumed run computes as it did
+            dtype, why = DTYPES[measured], f"auto: {measured}, as measured when the run started"
+        else:
+            forwards = {name: forward_in(DTYPES[name]) for name in MEASURED}
+            done = measure_precision(forwards, batch, model, int((batch[2] != PAD).sum()))
+            choice = int(ranks.broadcast([float(MEASURED.index(dtype_name(done.dtype)))])[0])
+            dtype, why, rates = DTYPES[MEASURED[choice]], done.why, done.rates
+    forward = forward_in(dtype)
+    compile = compiles(t.compile, device.type, packed)
+    if not compile and device.type != "cuda":
+        return Step(forward, dtype, why, False, 0.0, rates)
+    refusal = flex_refusal(model.cfg, device.type, training=True)
+    if compile and packed and refusal and ranks.main:
+        say(f"packed rows attend by SDPA with dense masks, not FlexAttention: {refusal}")
+    done = on_every_rank(
+        lambda: rehearse(forward, batch, model, compile, t.max_tokens, say, state_bytes),
+        ranks.world,
+    )
+    return Step(done.forward, dtype, why, done.compiled, done.seconds, rates)
 
 
 def compiles(setting: bool | str, device_type: str, packed: bool) -> bool:
@@ -81,7 +148,7 @@ def rehearse(
     if device.type == "cuda" and (peak is None or peak > budget):
         fits = _rows_that_fit(forward, batch, model, states, budget)
         rows = len(batch[0])
-        raise ConfigError(
+        raise DoesNotFit(
             f"train.max_tokens: a batch of {max_tokens} tokens does not fit this GPU "
             f"({total / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free; tried before the first "
             "update); "
@@ -106,15 +173,17 @@ def on_every_rank(rehearsal: Callable[[], Rehearsal], world: int) -> Rehearsal:
         if failure:
             raise failure
         return done
-    mine = failure and (getattr(failure, "exit_code", 1), one_line(failure))
+    mine = failure and (
+        type(failure) if isinstance(failure, MtError) else MtError,
+        one_line(failure),
+    )
     outcomes: list[Any] = [None] * world
     dist.all_gather_object(outcomes, mine)
     if failure:  # its own words, as with one process (a bug keeps its traceback)
         raise failure
     for rank, outcome in enumerate(outcomes):
         if outcome:
-            code, message = outcome
-            kind = ConfigError if code == ConfigError.exit_code else MtError
+            kind, message = outcome  # the class of the error, so its exit status too
             raise kind(f"rank {rank} failed its rehearsal of the first update: {message}")
     return done
 
@@ -178,7 +247,7 @@ def _rows_that_fit(forward: Forward, batch, model, states, budget: int) -> int:
     part = rows // 2
     while part >= 1 and len(measured) < 2:
         try:
-            rows_of = each(lambda x, part=part: x[:part], batch)
+            rows_of = map_batch(lambda x, part=part: x[:part], batch)
             measured.append((part, _measure(forward, rows_of, model, states)[1]))
         except torch.OutOfMemoryError:
             pass

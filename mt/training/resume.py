@@ -25,14 +25,14 @@ from ..config import Config, resumable_keys
 from ..config_file import diff_configs
 from ..data.corpus import SPLITS, entry_files
 from ..data.prepare import inputs_of
-from ..errors import ConfigError, one_line
+from ..errors import ConfigError, InputError, one_line
 from ..files import remove
-from ..run_folder import BEST, LAST, checkpoints_dir
+from ..messages import say
+from ..run_folder import BEST, LAST, WEIGHTS, checkpoints_dir, step_dir
 from . import metrics
-from .metrics import say
 from .ranks import Ranks
 from .state import TrainState
-from .update import Updater
+from .update import Optimiser
 
 
 class Checkpoints:
@@ -63,14 +63,14 @@ class Checkpoints:
             check_resumable(self.config, path)
         return path
 
-    def restore(self, path: Path, model: torch.nn.Module, updater: Updater) -> TrainState:
+    def restore(self, path: Path, model: torch.nn.Module, optimiser: Optimiser) -> TrainState:
         """The state saved at `path`, its weights and optimiser loaded into `model` and
-        `updater`, this rank's generators set as they were; an error when they do not fit."""
-        weights, _ = checkpoint.load_weights(path / checkpoint.WEIGHTS)
+        `optimiser`, this rank's generators set as they were; an error when they do not fit."""
+        weights, _ = checkpoint.load_weights(path / WEIGHTS)
         saved = checkpoint.load_trainer_state(path)
         try:
             model.load_state_dict(weights)
-            updater.load_state_dict(saved)
+            optimiser.load_state_dict(saved)
             state = TrainState.from_dict(saved["state"])
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ConfigError(
@@ -95,14 +95,14 @@ class Checkpoints:
     def save(
         self,
         model: torch.nn.Module,
-        updater: Updater,
+        optimiser: Optimiser,
         state: TrainState,
         tokenizers: tuple[Tokenizer, Tokenizer],
         extra: Callable[[], dict[str, Any]],
     ) -> Path:
         """Save `step-N`, point `last` at it, prune old ones; `extra()`: more metadata for
         the weights, asked of rank 0 alone. The other ranks wait until `last` is written."""
-        path = checkpoint.step_dir(self.dir, state.step)
+        path = step_dir(self.dir, state.step)
         if self.saved_step == state.step:
             return path
         self.saved_step = state.step
@@ -111,7 +111,7 @@ class Checkpoints:
             self.ranks.barrier()  # no rank goes on, or exits, before `last` is written
             return path
         state.rng, state.world_size = rng, self.ranks.world
-        trainer_state = {**updater.state_dict(), "state": dataclasses.asdict(state)}
+        trainer_state = {**optimiser.state_dict(), "state": dataclasses.asdict(state)}
         path = checkpoint.save(
             self.dir, state.step, model, trainer_state, self.config, tokenizers, extra()
         )
@@ -134,7 +134,7 @@ def latest(ckpt_dir: Path) -> tuple[Path | None, str]:
         return last.resolve(), ""
     path = checkpoint.newest_complete(ckpt_dir)
     if path is None and last.is_symlink():
-        raise ConfigError(
+        raise InputError(
             f"{last}: points to {os.readlink(last)}, which is missing or incomplete, and "
             "no complete checkpoint is left; use --restart to start over"
         )
@@ -148,7 +148,7 @@ def latest(ckpt_dir: Path) -> tuple[Path | None, str]:
 def check_resumable(config: Config, path: Path) -> None:
     """An error if the config, the data or the tokenizers differ from what the weights of
     checkpoint `path` were trained with."""
-    run_dir, file = Path(config.run.dir), path / checkpoint.WEIGHTS
+    run_dir, file = Path(config.run.dir), path / WEIGHTS
     meta = checkpoint.read_metadata(file)
     resumable = resumable_keys(config)
     # defaults filled in: a key added since the checkpoint was saved is not a change
@@ -168,7 +168,7 @@ def check_resumable(config: Config, path: Path) -> None:
         data = config.data
         entries = [e for name in SPLITS for e in getattr(data.files, name) or []]
         files = ", ".join(f for e in entries for f in entry_files(e, data))
-        raise ConfigError(
+        raise InputError(
             f"{run_dir}: the training data ({files or data.name}) changed "
             f"since {path.name} was saved; its weights cannot go on with other data and "
             "another vocabulary: use --restart to start over, or a new run.dir"
@@ -176,7 +176,7 @@ def check_resumable(config: Config, path: Path) -> None:
     tokenizers = checkpoint.meta_json(meta, "tokenizers", file) if "tokenizers" in meta else {}
     for name, sha in tokenizers.items():
         if now["tokenizers"].get(name) != sha:
-            raise ConfigError(
+            raise InputError(
                 f"{run_dir / name}: missing or changed since {path.name} was saved; its "
                 "weights need the vocabulary they were trained with: use --restart to start "
                 "over, or a new run.dir"

@@ -7,11 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from ..data.batches import Position
+from .budget import Horizon
 from .health import Vitals
-from .schedule import Horizon
 
 
 @dataclass
@@ -46,13 +44,6 @@ class TrainState:
     @staticmethod
     def from_dict(saved: dict[str, Any]) -> TrainState:
         s = dict(saved)
-        if not isinstance(s.get("horizon", 0), dict):  # saved before the records: flat
-            s["position"] = {key: s.pop(key, 0) for key in ("epoch", "batch")}
-            costs = ("update_times", "validate_s", "save_s", "fitted_at")
-            s["horizon"] = {"at": s.pop("horizon", 0), **{k: s.pop(k) for k in costs if k in s}}
-            s.pop("target_tokens", None)
-        if isinstance(s["rng"]["cpu"], torch.Tensor):  # saved by mt 0.1: one process
-            s["rng"] = {key: [value] for key, value in s["rng"].items()}
         s["position"], s["horizon"] = Position(**s["position"]), Horizon(**s["horizon"])
         s["vitals"] = Vitals.from_dict(s.get("vitals", {}))
         return TrainState(**s)

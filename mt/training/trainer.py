@@ -6,7 +6,7 @@ The same code runs under `torchrun` with DistributedDataParallel: every rank tra
 own share of each epoch's batches, only rank 0 writes files.
 
 Around the loop: `batches.Batches` (what each update trains on), `update.Updater` (one
-optimiser update), `ranks.Ranks` (what the processes agree on), `schedule.Horizon` (when a
+optimiser update), `ranks.Ranks` (what the processes agree on), `budget.Horizon` (when a
 budget's schedule ends), `state.TrainState` (what a resume needs), `resume.Checkpoints`
 (saving it and taking it back), `metrics.Progress` (what the run tells as it goes).
 """
@@ -22,20 +22,23 @@ from typing import Any
 import torch
 
 from ..config import Config, TrainConfig, check_training_stops
-from ..data.batches import Batch, Batches
+from ..data.batches import Batch, Batches, map_batch
 from ..data.packing import row_length
 from ..data.prepare import dropout_epochs, inputs_of, prepare
 from ..data.tokenizer import EOS
 from ..errors import Unhealthy
+from ..messages import say
 from ..model import Transformer
 from . import finetune, health, metrics
+from .budget import time_fitted
 from .health import Checks
-from .metrics import Progress, say
+from .metrics import Progress
 from .ranks import Agreement, Ranks, StopSignal
+from .rehearsal import Step, decide
 from .resume import Checkpoints
-from .schedule import time_fitted, warmup_updates
+from .schedule import warmup_updates
 from .state import Pace, TrainState
-from .update import Update, Updater
+from .update import Optimiser, Update, Updater, loss_sums
 from .validation import validation_record
 
 
@@ -74,9 +77,16 @@ class Trainer:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         check_training_stops(config, "mt train")
-        t = config.train
         self.config, self.resume_hint, self.clock = config, resume_hint, clock
         self.run_dir = Path(config.run.dir)
+        self.build(restart)
+
+    def build(self, restart: bool) -> None:
+        """Everything the loop uses, each made once what it needs exists: the processes, the
+        checkpoint to resume from (checked first), the data, the model (fine-tuning's
+        weights), the optimiser, the state (resumed), the batches, then the update step,
+        whose precision and compilation are decided on the first batch before it is built."""
+        config, t = self.config, self.config.train
         self.ranks = Ranks(config.run.device)
         self.device, self.main = self.ranks.device, self.ranks.main
         self.checkpoints = Checkpoints(config, self.ranks)
@@ -91,12 +101,12 @@ class Trainer:
             joint=config.tokenizer.joint,
         ).to(self.device)
         finetune.start(self.model, init, config, write=self.main)  # weights of train.init, freeze
-        self.updater = Updater(self.model, t, self.ranks)
+        self.optimiser = Optimiser(self.model, t, self.device)
         self.state = TrainState()
         targets = self.data.splits["train"].tgt
         self.unigram = health.unigram_entropy(targets, EOS) if t.health_checks else 0.0
         if resume is not None:
-            self.state = self.checkpoints.restore(resume, self.model, self.updater)
+            self.state = self.checkpoints.restore(resume, self.model, self.optimiser)
         elif self.main:  # a run started over: metrics of an earlier attempt are not its own
             metrics.forget_after(self.run_dir, 0)
         if grown := self.state.horizon.start(t, self.state.step, self.state.elapsed):
@@ -104,7 +114,12 @@ class Trainer:
         if resume is None:  # decided once: a resume on another device keeps the run's batches
             self.state.pack_length = row_length(config, self.device.type)
         self.batches = self._batches()
-        self.updater.wrap()
+        net = self.ranks.wrap(self.model)  # once its weights are final (loaded, or initialised)
+        self.update_step = self._decide_step(net)
+        self.updater = Updater(
+            self.model, net, self.optimiser, self.update_step.forward, t, self.ranks
+        )
+        self.checks = Checks(config, self.state.vitals, self.unigram)
         # called after every update with its result and batches (timing, counting, checks)
         self.on_update: list[Callable[[Update, list[Batch]], None]] = []
 
@@ -131,18 +146,33 @@ class Trainer:
             resegment=dropout_epochs(self.data, self.config),  # None without BPE-dropout
         )
 
+    def _decide_step(self, net: torch.nn.Module) -> Step:
+        """The update's precision and forward pass (compiled or not), rehearsed on the first
+        batch (`rehearsal.decide`); a resumed run keeps the precision it measured."""
+        t = self.config.train
+        batch = map_batch(lambda x: x.to(self.device), self.batches.peek())
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        moments = 0 if self.optimiser.adamw.state else 2 * weights  # AdamW's, at its first step
+        return decide(
+            lambda dtype: loss_sums(net, dtype, t, self.device),
+            batch,
+            self.model,
+            t,
+            self.ranks,
+            bool(self.batches.pack_length),
+            self.state.precision,
+            moments,
+        )
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> dict[str, Any]:
         """Train until a stopping rule fires; returns how it ended."""
-        self.updater.rehearse(
-            self.batches.peek(), bool(self.batches.pack_length), self.state.precision
-        )
         self._measured_precision()
         if self.main:  # the run's first lines, once it is sure to run
-            say(f"precision: {self.updater.precision_why}")
-            if self.updater.compiled:
-                say(f"compiled the training step in {self.updater.rehearsal_s:.1f} s")
+            say(f"precision: {self.update_step.why}")
+            if self.update_step.compiled:
+                say(f"compiled the training step in {self.update_step.seconds:.1f} s")
         with StopSignal() as stop:
             reason = self._loop(stop)
         self.batches.close()
@@ -164,13 +194,13 @@ class Trainer:
     def _measured_precision(self) -> None:
         """What train.precision auto measured on a CPU (rank 0's choice, on every rank): kept
         in the state (a resume computes alike), recorded in metrics.jsonl."""
-        updater = self.updater
-        if not updater.rates:
+        step = self.update_step
+        if not step.rates:
             return
-        self.state.precision = updater.precision
+        self.state.precision = step.precision
         if self.main:
-            rates = {f"{k}_tokens_per_s": v for k, v in updater.rates.items()}
-            record = {"kind": "precision", "step": self.state.step, "precision": updater.precision}
+            rates = {f"{k}_tokens_per_s": v for k, v in step.rates.items()}
+            record = {"kind": "precision", "step": self.state.step, "precision": step.precision}
             metrics.append(self.run_dir, {**record, **rates})
 
     def _loop(self, stop: StopSignal) -> str:
@@ -179,7 +209,6 @@ class Trainer:
         total = state.horizon.at or t.max_steps
         self.progress = Progress(self.run_dir, self.main, t.max_minutes, state.step, total)
         self.pace = Pace(self.clock, state)  # training time, and what each part costs
-        self.checks = Checks(self.config, state.vitals, self.unigram)
         self.validated_at, self.patience_out = -1, False  # in this session
         reason = stop_reason(t, state, "", False, False)
         while not reason:
@@ -298,7 +327,9 @@ class Trainer:
     def _save(self) -> Path:
         """Save `step-N` and point `last` at it (`resume.Checkpoints.save`)."""
         tokenizers = self.data.src_tokenizer, self.data.tgt_tokenizer
-        return self.checkpoints.save(self.model, self.updater, self.state, tokenizers, self._extra)
+        return self.checkpoints.save(
+            self.model, self.optimiser, self.state, tokenizers, self._extra
+        )
 
     def _extra(self) -> dict[str, Any]:
         """The weights' metadata besides the config and the tokenizers, read without them."""

@@ -6,23 +6,18 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
 
 from ..config import TrainConfig
-from ..data.batches import Batch
-from ..data.packing import PackedBatch, each
+from ..data.batches import Batch, map_batch
+from ..data.packing import PackedBatch
 from ..data.tokenizer import PAD
-from ..device import DTYPES, autocast, dtype_name, precision_for
-from ..packed_attention import flex_refusal
+from ..device import autocast, precision_for
 from .loss import smoothed_loss
-from .metrics import say
 from .ranks import Ranks
-from .rehearsal import compiles, measure_precision, on_every_rank, rehearse
-
-MEASURED = ("fp32", "bf16")  # what train.precision auto measures on a CPU
+from .rehearsal import Forward
 
 
 @dataclass
@@ -62,86 +57,53 @@ def build_optimizer(model: torch.nn.Module, t: TrainConfig, device: torch.device
     )
 
 
-class Updater:
-    """Updates `model` on this rank's batches; its optimiser and scaler states are saved with
-    every checkpoint. `net` is what computes: the model, or its DDP and compiled wrapping."""
+def loss_sums(net: torch.nn.Module, dtype: torch.dtype | None, t: TrainConfig, device) -> Forward:
+    """What the update computes on a batch: the loss and NLL sums on the device, model and
+    loss under `dtype`'s autocast (None: float32); what `rehearsal.decide` may compile."""
 
-    def __init__(self, model: torch.nn.Module, t: TrainConfig, ranks: Ranks) -> None:
-        self.model, self.t, self.ranks, self.device = model, t, ranks, ranks.device
-        self.optimizer = build_optimizer(model, t, self.device)
-        self.autocast, self.precision_why = precision_for(t.precision, self.device)
-        fp16 = self.autocast == torch.float16
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=fp16)
-        self.net = model
-        self.step_forward = self.forward  # compiled by `rehearse` where that pays
-        self.rehearsal_s, self.compiled = 0.0, False
-        self.rates: dict[str, float] = {}  # what train.precision auto measured, per precision
-
-    def wrap(self) -> None:
-        """Wrap the model once its weights are final (loaded, or as initialised)."""
-        self.net = self.ranks.wrap(self.model)
-
-    @property
-    def precision(self) -> str:
-        return dtype_name(self.autocast)
-
-    def forward(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Loss and NLL sums of a batch on the device, in the run's precision: what
-        `rehearse` compiles, model and loss in one graph."""
-        return self.forward_in(self.autocast, batch)
-
-    def forward_in(self, dtype: torch.dtype | None, batch: Batch) -> tuple[torch.Tensor, ...]:
+    def forward(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         packed = batch if isinstance(batch, PackedBatch) else None
-        with autocast(self.device, dtype):
-            logits = self.net(batch[0], batch[1], packed)
-            return smoothed_loss(logits, batch[2], self.t.label_smoothing)
+        with autocast(device, dtype):
+            logits = net(batch[0], batch[1], packed)
+            return smoothed_loss(logits, batch[2], t.label_smoothing)
 
-    def rehearse(self, batch: Batch, packed: bool, measured: str = "") -> None:
-        """Before the first update, on its first batch: on a CPU, measure train.precision
-        auto (`measured`: what an earlier session of the run chose, kept); compile where that
-        pays (`rehearsal.compiles`) and, on a GPU, refuse a batch too big for it
-        (`rehearsal.rehearse`)."""
-        self.model.train()
-        batch = each(lambda x: x.to(self.device), batch)
-        if self.t.precision == "auto" and self.device.type == "cpu":
-            self._measure_precision(batch, measured)
-        compile = compiles(self.t.compile, self.device.type, packed)
-        if not compile and self.device.type != "cuda":
-            return
-        why = flex_refusal(self.model.cfg, self.device.type, training=True)
-        if compile and packed and why and self.ranks.main:
-            say(f"packed rows attend by SDPA with dense masks, not FlexAttention: {why}")
-        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        moments = 0 if self.optimizer.state else 2 * weights  # AdamW's, at its first step
-        done = on_every_rank(
-            lambda: rehearse(
-                self.forward, batch, self.model, compile, self.t.max_tokens, say, moments
-            ),
-            self.ranks.world,
-        )
-        self.step_forward, self.rehearsal_s = done.forward, done.seconds
-        self.compiled = done.compiled
+    return forward
 
-    def _measure_precision(self, batch: Batch, measured: str) -> None:
-        if measured:  # a resumed run computes as it did
-            self.autocast = DTYPES[measured]
-            self.precision_why = f"auto: {measured}, as measured when the run started"
-            return
-        forwards = {name: partial(self.forward_in, DTYPES[name]) for name in MEASURED}
-        tokens = int((batch[2] != PAD).sum())
-        done = measure_precision(forwards, batch, self.model, tokens)
-        choice = MEASURED.index(dtype_name(done.dtype))
-        # rank 0's choice on every rank, before the step is compiled and rehearsed in it
-        choice = int(self.ranks.broadcast([float(choice)])[0])
-        self.autocast, self.precision_why = DTYPES[MEASURED[choice]], done.why
-        self.rates = done.rates
+
+class Optimiser:
+    """AdamW and fp16's gradient scaler: what updates change besides the weights, saved with
+    every checkpoint."""
+
+    def __init__(self, model: torch.nn.Module, t: TrainConfig, device: torch.device) -> None:
+        self.adamw = build_optimizer(model, t, device)
+        fp16 = precision_for(t.precision, device)[0] == torch.float16
+        self.scaler = torch.amp.GradScaler(device.type, enabled=fp16)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict()}
+        return {"optimizer": self.adamw.state_dict(), "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, saved: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(saved["optimizer"])
+        self.adamw.load_state_dict(saved["optimizer"])
         self.scaler.load_state_dict(saved["scaler"])
+
+
+class Updater:
+    """Updates `model` on this rank's batches with `optimiser`, each batch's loss computed by
+    `forward` (from `rehearsal.decide`: in the run's precision, compiled where that pays)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        net: torch.nn.Module,
+        optimiser: Optimiser,
+        forward: Forward,
+        t: TrainConfig,
+        ranks: Ranks,
+    ) -> None:
+        self.model, self.net, self.t, self.ranks = model, net, t, ranks
+        self.device = ranks.device
+        self.optimizer, self.scaler = optimiser.adamw, optimiser.scaler
+        self.forward = forward
 
     def __call__(self, batches: list[Batch], lr: float) -> Update:
         """One update at rate `lr` over `batches`; losses normalised by target tokens.
@@ -156,10 +118,10 @@ class Updater:
         self.model.train()
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll
         for i, batch in enumerate(batches):
-            batch = each(lambda x: x.to(self.device, non_blocking=True), batch)
+            batch = map_batch(lambda x: x.to(self.device, non_blocking=True), batch)
             skip_sync = i < len(batches) - 1 and hasattr(self.net, "no_sync")
             with self.net.no_sync() if skip_sync else nullcontext():
-                loss, nll = self.step_forward(batch)
+                loss, nll = self.forward(batch)
                 self.scaler.scale(loss / norm).backward()
             sums += torch.stack((loss.detach(), nll)).double()
         sums = self.ranks.sum_(sums) / global_tokens

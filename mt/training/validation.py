@@ -12,10 +12,10 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..data.batches import collate, token_batches
 from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
 from ..data.tokenizer import PAD
+from ..decoding.scoring import teacher_forced
 from ..model import Transformer, max_length
 from .loss import smoothed_loss
 
@@ -26,7 +26,7 @@ def validation_record(
     """The record of a validation (loss, nll, ppl, bleu, sentences) and up to
     `train.eval_examples` examples (source, reference, hypothesis) to show."""
     from ..decoding.evaluate import bleu_chrf
-    from ..decoding.translate import translate
+    from ..decoding.translate import translate_nbest
 
     t, valid = config.train, data.splits["valid"]
     model.eval()
@@ -38,7 +38,8 @@ def validation_record(
     references = [valid.tgt_text[i] for i in subset]
     greedy = dataclasses.replace(config.decode, beam=1, nbest=1)  # quick
     tokenizers = data.src_tokenizer, data.tgt_tokenizer
-    hypotheses = translate(model, *tokenizers, sources, greedy, device=device)
+    found = translate_nbest(model, *tokenizers, sources, greedy, device=device)
+    hypotheses = [hyps[0][0] for hyps in found]
     record = {
         "loss": loss,
         "nll": nll,
@@ -64,10 +65,14 @@ def validation_loss(
     if max(src_lengths.max(initial=0), tgt_lengths.max(initial=0)) > limit:
         split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, NLL, tokens: read once
-    for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
-        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
-        loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon)
-        sums += torch.stack((loss.double(), nll.double(), (tgt_out != PAD).sum().double()))
+
+    def sums_of(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+        loss, nll = smoothed_loss(logits, tgt_out, epsilon)
+        return torch.stack((loss.double(), nll.double(), (tgt_out != PAD).sum().double()))
+
+    lengths = src_lengths, tgt_lengths
+    for _, batch_sums in teacher_forced(model, split, lengths, max_tokens, device, sums_of):
+        sums += batch_sums
     loss_sum, nll_sum, tokens = sums.tolist()
     return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), int(tokens)
 
