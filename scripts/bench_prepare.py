@@ -195,7 +195,7 @@ def run(
     """Prepare, then train `updates` updates (0: none), at each size; into `results` (those of
     an earlier call, whose sizes are kept), given to `save` after each size."""
     results = results or {"sizes": {}}
-    results["uptime"] = os.getloadavg()
+    results["uptime"], results["machine"] = os.getloadavg(), machine()
     if not (work / "corpus.en").is_file():
         make_corpus(data, work, max(sizes))
     for size in sizes:
@@ -243,62 +243,103 @@ def compare(base: Path, work: Path, size: int, repeats: int) -> dict:
     }
 
 
+def machine() -> str:
+    """The CPU's model and the flags that matter here, the cores and the memory."""
+    info = Path("/proc/cpuinfo").read_text()
+    model = re.search(r"model name\s*: (.*)", info)
+    flags = set(re.search(r"flags\s*: (.*)", info).group(1).split())
+    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{model.group(1) if model else 'unknown CPU'} ({' '.join(wanted)}), "
+        f"{os.cpu_count()} cores, {memory:.0f} GiB"
+    )
+
+
+def per_pair(r: dict, command: str, key: str) -> tuple[float, float]:
+    """Bytes a pair that `key` of `command` grows by from the smallest size to the largest,
+    and its value extrapolated linearly to 100M pairs (MiB)."""
+    sizes = sorted(r["sizes"], key=int)
+    lo, hi = (r["sizes"][n][command][key] * 2**20 for n in (sizes[0], sizes[-1]))
+    slope = (hi - lo) / (int(sizes[-1]) - int(sizes[0]))
+    return slope, (hi + slope * (100_000_000 - int(sizes[-1]))) / 2**20
+
+
 def render(r: dict) -> list[str]:
     """The section of docs/benchmarks.md."""
-    if not r:
+    if not r or not r.get("sizes"):
         return []
-    rows = [
-        f"| {int(size):,} | {s['pairs']['train']:,} | {s['wall_s']:.0f} | "
-        f"{s['pairs_per_s']:,.0f} | {s.get('cpu_s', float('nan')):.0f} | {s['peak_gib']:.2f} | "
-        f"{s['store_bytes'] / 2**20:,.0f} |"
-        for size, s in sorted(r["sizes"].items(), key=lambda kv: int(kv[0]))
-    ]
-    largest = max(r["sizes"], key=int)
-    big, scale = r["sizes"][largest], 100_000_000 / int(largest)
-    # the scan keeps 17 bytes a pair; finding first occurrences sorts 16 more
-    hashes_gib = 100_000_000 * 34 / 2**30
-    trained = []
-    if "train" in r:
-        t = r["train"]
-        trained = [
-            f"`mt train` (fp32) on the {t['pairs']:,}-pair store, {t['updates']} updates: peak "
-            f"{t['peak_gib']:.2f} GiB, first update {t['first_s']:.0f} s after the start, "
-            f"{t['wall_s']:.0f} s in all ({t['cpu_s']:.0f} CPU seconds). The store is "
-            "memory-mapped: pages are read as batches touch them, and an epoch is planned a "
-            "maxi-batch (65,536 sentences) at a time.",
-            "",
-        ]
-    return [
-        "## Corpora of any size: `mt prepare` into a memory-mapped store",
+    sizes = sorted(r["sizes"], key=int)
+    rows = []
+    for size in sizes:
+        p, t = r["sizes"][size]["prepare"], r["sizes"][size].get("train")
+        trained = (
+            f"{t['peak_rss_mib']:,.0f} | {t['peak_main_anon_mib']:,.0f} | {t['first_s']:.0f} |"
+            if t
+            else "| | |"
+        )
+        rows.append(
+            f"| {int(size):,} | {p['pairs']['train']:,} | {p['wall_s']:,.0f} | "
+            f"{p['pairs_per_s']:,.0f} | {p['peak_rss_mib']:,.0f} | "
+            f"{p['peak_main_anon_mib']:,.0f} | {p['peak_tree_anon_mib']:,.0f} | "
+            f"{p['store_bytes'] / 2**20:,.0f} | {trained}"
+        )
+    big = r["sizes"][sizes[-1]]["prepare"]
+    lines = [
+        "## Corpora of any size: memory against the number of pairs",
         "",
-        "Aligned text corpus.en/corpus.es, each line two random Tatoeba train pairs joined "
-        f"(~{big['tokens']['src'] / big['pairs']['train']:.0f} tokens a side), "
-        f"`mt prepare --config {CONFIG}` (vocabulary 8,000, valid and test cut from train by "
-        "source hash), end to end: reading, normalising, dedup, the split, tokenizer "
-        "training on a sample of 1,000,000 pairs, encoding in one process per core, writing "
-        "the store. Peak memory: the summed PSS of the command and its worker processes. "
-        "CPU seconds: user and system time of the whole tree; on a machine shared with other "
-        "jobs, wall time / (CPU seconds / cores) is the share of the cores it got. "
-        "Load average before: "
-        f"{' '.join(f'{x:.2f}' for x in r['uptime'])}; after: "
-        f"{' '.join(f'{x:.2f}' for x in r['uptime_after'])}.",
+        f"`python scripts/bench_prepare.py --data ../shared/data --sizes "
+        f"{','.join(sizes)}`, on {r.get('machine', machine())}, shared with other jobs (load "
+        f"average {' '.join(f'{x:.1f}' for x in r['uptime'])} before, "
+        f"{' '.join(f'{x:.1f}' for x in r['uptime_after'])} after): wall times and pairs/s "
+        "are those of a loaded machine, memory is not changed by load. The corpus: aligned "
+        "text corpus.en/corpus.es, each line two random Tatoeba train pairs joined "
+        f"(~{big['tokens']['src'] / big['pairs']['train']:.0f} tokens a side); `mt prepare "
+        f"--config {CONFIG} --rebuild` end to end (vocabulary 8,000, a tokenizer sample of "
+        "1,000,000 pairs, valid and test cut from train by source hash, 2 encoding workers), "
+        "then `mt train` for 20 updates on its store (fp32, health checks on, "
+        "`train.max_minutes=0`). Peak RSS: `/usr/bin/time -v` (the largest single process, "
+        "mapped file pages included); anonymous: the peak RssAnon of the main process, "
+        "sampled every 0.5 s from /proc/PID/status (the tree's: its processes summed).",
         "",
-        "| pairs in the corpus | training pairs kept | seconds | pairs/s | CPU seconds "
-        "| peak GiB | store MiB |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| pairs | training pairs | prepare s | pairs/s | prepare peak RSS MiB "
+        "| prepare anon MiB | tree anon MiB | store MiB | train peak RSS MiB | train anon MiB "
+        "| first update s |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
-        *trained,
-        f"100M pairs, extrapolated linearly from {int(largest):,}: "
-        f"{big['wall_s'] * scale / 3600:.1f} hours, a store of "
-        f"{big['store_bytes'] * scale / 2**30:.1f} GiB (and the corpus itself, "
-        f"{big['corpus_bytes'] * scale / 2**30:.0f} GiB here); memory grows by the scan's "
-        f"~34 bytes a pair at its peak ({hashes_gib:.1f} GiB at 100M) above the flat "
-        f"{r['sizes'][min(r['sizes'], key=int)]['peak_gib']:.1f} GiB of tokenizer training "
-        "and the workers; training's memory does not grow with the corpus beyond the page "
-        "cache.",
-        "",
     ]
+    if len(sizes) > 1:
+        slopes = {
+            (command, key): per_pair(r, command, key)
+            for command in ("prepare", "train")
+            for key in ("peak_rss_mib", "peak_main_anon_mib")
+            if all("train" in r["sizes"][n] or command == "prepare" for n in sizes)
+        }
+        said = [
+            f"`mt {command}` {'peak RSS' if key == 'peak_rss_mib' else 'anonymous memory'} "
+            f"grows {slope:.1f} bytes a pair ({slope:.1f} MB a million pairs), ~{at:,.0f} MiB "
+            "at 100M pairs"
+            for (command, key), (slope, at) in slopes.items()
+        ]
+        scale = 100_000_000 / int(sizes[-1])
+        lines += [
+            f"From {int(sizes[0]):,} to {int(sizes[-1]):,} pairs, extrapolated linearly: "
+            + "; ".join(said)
+            + f". A 100M-pair store would take {big['store_bytes'] * scale / 2**30:.1f} GiB "
+            f"on disk (the corpus {big['corpus_bytes'] * scale / 2**30:.0f} GiB of text).",
+            "",
+        ]
+    if "compare" in r:
+        c = r["compare"]
+        lines += [
+            f"Speed against the previous code ({c['base']}), `mt prepare` of the first "
+            f"{c['pairs']:,} pairs, the two alternating {len(c['rates']['new'])} times: median "
+            f"{c['medians']['new']:,.0f} pairs/s against {c['medians']['base']:,.0f}, a ratio "
+            f"of **{c['ratio']:.2f}**.",
+            "",
+        ]
+    return lines
 
 
 def main() -> None:
