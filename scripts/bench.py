@@ -106,7 +106,7 @@ def step_prepare(data: Path, results: dict) -> None:
 
 def step_scale(data: Path, results: dict) -> None:
     with tempfile.TemporaryDirectory(prefix="mt-bench-prepare-") as work:  # never the repo
-        results["scale"] = run_scale(data, [100_000, 1_000_000, 5_000_000], 20, Path(work))
+        results["scale"] = run_scale(data, [1_000_000, 5_000_000, 20_000_000], 20, Path(work))
 
 
 def step_speed(data: Path, results: dict) -> None:

@@ -163,6 +163,37 @@ def test_sentences_gather_by_index_as_sentence_by_sentence():
     assert all(np.array_equal(mixed[i], a[i] if first[i] else b[i]) for i in range(200))
 
 
+def test_the_scan_dedups_and_cuts_as_one_sort_of_all_its_hashes_would(monkeypatch):
+    monkeypatch.setattr(scan, "STEP", 1000)  # many steps
+    rng = np.random.default_rng(1)
+    distinct = rng.integers(0, 2**64, 20_000, dtype=np.uint64)
+    pair = distinct[rng.integers(0, len(distinct), 50_000)]  # duplicates anywhere
+    src = distinct[rng.integers(0, 3_000, len(distinct))][np.searchsorted(np.sort(distinct), pair)]
+    first = np.zeros(len(pair), bool)
+    first[np.unique(pair, return_index=True)[1]] = True  # stable: the first occurrence
+    assert np.array_equal(scan._first(pair), first)
+    scanned = {"pair": pair, "src": src, "first": first, "nonempty": np.ones(len(pair), bool)}
+    sizes = {"valid": 500, "test": 700}
+    hashes = np.sort(src[first])  # every distinct pair's source hash
+    cut, lo, at = {}, 0, 0
+    for name, size in sizes.items():
+        hi = int(hashes[at + size])
+        cut[name], lo, at = (lo, hi), hi, int(np.searchsorted(hashes, hi))
+    assert scan.held_out_ranges(scanned, sizes) == cut
+    assert scan.decide(scanned, cut).dtype == np.uint8  # a byte a pair
+
+
+def test_a_store_without_token_counts_counts_its_tokens_and_damaged_ones_rebuild(tmp_path):
+    cfg = config(tmp_path, aligned(tmp_path, clean_pairs()))
+    counts = prepare(cfg).splits["train"].tgt.counts()
+    folder = tmp_path / "run" / "data"
+    (folder / "train.tgt.counts").unlink()  # as prepared before counts were kept
+    again = prepare(cfg)
+    assert again.reused and np.array_equal(again.splits["train"].tgt.counts(), counts)
+    (folder / "train.src.counts").write_bytes(np.zeros(3, np.int64).tobytes())
+    assert not prepare(cfg).reused
+
+
 def test_several_corpora_keep_their_weights_in_the_store(tmp_path):
     first = aligned(tmp_path, [(f"One {i}.", f"Uno {i}.") for i in range(60)], "a")
     second = aligned(tmp_path, [(f"Two {i}.", f"Dos {i}.") for i in range(30)], "b")

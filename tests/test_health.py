@@ -15,6 +15,8 @@ from conftest import metric_lines
 from mt import checkpoint
 from mt.config import Config
 from mt.config_file import load_config
+from mt.data import store
+from mt.data.store import Sentences, SplitWriter, open_split
 from mt.errors import ConfigError
 from mt.training import health
 from mt.training.health import (
@@ -95,10 +97,42 @@ def first_call(cfg: Config, logs, checks, warmup: int = 10):
 
 
 def test_unigram_entropy_counts_the_end_of_each_sentence():
-    targets = [np.array([4, 5]), np.array([6])]  # with the end token 3: 3, 3, 4, 5, 6
+    targets = Sentences.of([[4, 5], [6]])  # with the end token 3: 3, 3, 4, 5, 6
     p = np.array([2, 1, 1, 1]) / 5
     assert unigram_entropy(targets, 3) == pytest.approx(-(p * np.log(p)).sum())
-    assert unigram_entropy([np.array([7])] * 3, 3) == pytest.approx(math.log(2))
+    assert unigram_entropy(Sentences.of([[7]] * 3), 3) == pytest.approx(math.log(2))
+
+
+def whole_bincount_entropy(targets: list[np.ndarray], end: int) -> float:
+    """The unigram entropy as it was computed before the store kept counts: one bincount of
+    every target token at once (an int64 copy of them all)."""
+    counts = np.bincount(np.concatenate(targets), minlength=end + 1)
+    counts[end] += len(targets)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+def test_unigram_entropy_from_kept_or_chunked_counts_is_the_whole_bincount_exactly(
+    tmp_path, monkeypatch
+):
+    rng = np.random.default_rng(0)
+    targets = [(rng.zipf(1.3, rng.integers(1, 30)) % 7000 + 4) for _ in range(3000)]
+    expected = whole_bincount_entropy(targets, 2)
+    writer = SplitWriter(tmp_path, "train", np.dtype(np.uint16))
+    for first in range(0, 3000, 700):  # as prepare appends its chunks
+        chunk = Sentences.of(targets[first : first + 700])
+        writer.append({side: (chunk.ids, chunk.lengths()) for side in ("src", "tgt")})
+    kept = open_split(tmp_path, "train", writer.close()).tgt
+    monkeypatch.setattr(store, "COUNT_STEP", 97)  # a store without counts: many steps
+    counted = Sentences.of(targets)
+    assert unigram_entropy(kept, 2) == unigram_entropy(counted, 2) == expected
+    # the diagnosis quotes it: the same message
+    logs, checks = COLLAPSED
+    messages = {
+        check_validations(config(), logs, checks, 10, unigram).message
+        for unigram in (expected, unigram_entropy(kept, 2))
+    }
+    assert len(messages) == 1 and f"alone {expected:.2f}" in messages.pop()
 
 
 def test_a_collapsed_post_norm_run_is_called_once_50_updates_show_it():

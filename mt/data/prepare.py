@@ -200,14 +200,14 @@ def _build(
         if name in found
     }
     with workers(data.workers) as run:
-        scanned = scan(train, run, seed)
+        scanned = scan(train, run, seed, folder)
         cut = held_out_ranges(
             scanned, {n: getattr(data, f"{n}_size") for n in HELD_OUT if n not in held}
         )
         if base and config.train.old_share:
             kept = int(np.count_nonzero(decide(scanned, cut) == TRAIN))
             train.append(old_corpus(base.data, config, kept, cut, held))
-            scanned = merge(scanned, scan(train[-1:], run, seed))
+            scanned = merge(scanned, scan(train[-1:], run, seed, folder))
     _check_unchanged(watched)
     codes, raw = decide(scanned, cut), scanned["raw"]
     drops["empty"] += len(codes) - int(np.count_nonzero(scanned["nonempty"]))

@@ -11,8 +11,11 @@ data.valid_size and data.test_size pairs (fewer by the rest of a group at a boun
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -45,36 +48,63 @@ def dedup(pairs: Sequence[Pair]) -> list[Pair]:
     return list(dict.fromkeys(pairs))
 
 
-def scan(train: list[Corpus], run: Callable, seed: int) -> dict[str, Any]:
+def scan(train: list[Corpus], run: Callable, seed: int, folder: Path) -> dict[str, Any]:
     """Pass 1: per raw pair whether it has text on both sides; per such pair its hash and its
-    source's (seeded); and how many raw pairs each corpus has."""
-    parts, raw = [], []
+    source's (seeded); and how many raw pairs each corpus has. The chunks' results go to
+    files in `folder` as they come and are read back whole once the pass ends: a list of the
+    chunks' arrays joined at the end would hold every pair's twice."""
+    raw = []
     meter = Meter("scan", None)
-    for corpus in train:
-        count = 0
-        for part in run(scan_chunk, ((chunk, seed) for chunk in corpus.read())):
-            parts.append(part)
-            count += len(part[0])
-            meter.update(len(part[0]))
-        raw.append(count)
-    meter.close()
-    kinds = (bool, np.uint64, np.uint64)
-    nonempty, pair, src = (
-        np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, kind)
-        for k, kind in enumerate(kinds)
-    )
-    return {"nonempty": nonempty, "pair": pair, "src": src, "raw": raw, "first": _first(pair)}
+    with ExitStack() as stack:
+        spills = [stack.enter_context(tempfile.TemporaryFile(dir=folder)) for _ in COLUMNS]
+        for corpus in train:
+            count = 0
+            for part in run(scan_chunk, ((chunk, seed) for chunk in corpus.read())):
+                for spill, column in zip(spills, part):
+                    spill.write(column.tobytes())
+                count += len(part[0])
+                meter.update(len(part[0]))
+            raw.append(count)
+        meter.close()
+        columns = {name: _read_back(spill, dtype) for spill, (name, dtype) in zip(spills, COLUMNS)}
+    return {**columns, "raw": raw, "first": _first(columns["pair"])}
+
+
+COLUMNS = (
+    ("nonempty", np.dtype(bool)),
+    ("pair", np.dtype(np.uint64)),
+    ("src", np.dtype(np.uint64)),
+)
+
+
+def _read_back(spill: IO[bytes], dtype: np.dtype) -> np.ndarray:
+    spill.flush()
+    spill.seek(0)
+    return np.fromfile(spill, dtype)
 
 
 def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out = {k: np.concatenate([a[k], b[k]]) for k in ("nonempty", "pair", "src")}
+    out = {k: np.concatenate([a[k], b[k]]) for k, _ in COLUMNS}
     return {**out, "raw": a["raw"] + b["raw"], "first": _first(out["pair"])}
 
 
+STEP = 1 << 20  # hashes a vectorised step over the scan's arrays takes (8 MiB of them)
+BUCKET_BITS = 4  # duplicates are found among the pairs of one bucket (top bits) at a time
+
+
 def _first(hashes: np.ndarray) -> np.ndarray:
-    """Whether each pair is the first with its hash (a stable sort: the first occurrence)."""
+    """Whether each pair is the first with its hash. Equal hashes share their top bits, so
+    the pairs are taken a bucket of top bits at a time, each sorted stably on its own (its
+    first occurrences are the corpus's): sorting all at once would take ~30 bytes a pair
+    beside the hashes, a bucket takes 1/16 of that."""
+    shift = np.uint64(64 - BUCKET_BITS)
+    top = np.empty(len(hashes), np.uint8)
+    for start in range(0, len(hashes), STEP):
+        top[start : start + STEP] = hashes[start : start + STEP] >> shift
     first = np.zeros(len(hashes), bool)
-    first[np.unique(hashes, return_index=True)[1]] = True
+    for bucket in range(1 << BUCKET_BITS):
+        at = np.flatnonzero(top == bucket)
+        first[at[np.unique(hashes[at], return_index=True)[1]]] = True
     return first
 
 
@@ -84,13 +114,12 @@ def held_out_ranges(scanned: dict[str, Any], sizes: dict[str, int]) -> dict[str,
     (a whole source sentence, all its pairs) so that groups are never cut in two."""
     if not sizes:
         return {}
-    hashes = np.sort(scanned["src"][scanned["first"]])
-    wanted = sum(sizes.values())
-    if wanted >= len(hashes):
+    wanted, distinct = sum(sizes.values()), int(np.count_nonzero(scanned["first"]))
+    if wanted >= distinct:
         names = " + ".join(f"data.{name}_size" for name in sizes)
-        raise ConfigError(
-            f"{names} ({wanted}) is not smaller than the corpus ({len(hashes)} pairs)"
-        )
+        raise ConfigError(f"{names} ({wanted}) is not smaller than the corpus ({distinct} pairs)")
+    # the cut reads the sorted hashes up to position `wanted`: the smallest wanted + 1
+    hashes = _smallest(scanned["src"], scanned["first"], wanted + 1)
     cut, lo, at = {}, 0, 0
     for name, size in sizes.items():
         hi = int(hashes[at + size])
@@ -98,10 +127,22 @@ def held_out_ranges(scanned: dict[str, Any], sizes: dict[str, int]) -> dict[str,
     return cut
 
 
+def _smallest(values: np.ndarray, where: np.ndarray, count: int) -> np.ndarray:
+    """The `count` smallest of `values[where]`, sorted, found STEP values at a time (no copy
+    of them all)."""
+    kept = np.zeros(0, values.dtype)
+    for start in range(0, len(values), STEP):
+        part = values[start : start + STEP][where[start : start + STEP]]
+        kept = np.concatenate([kept, part])
+        if len(kept) > count:
+            kept = np.partition(kept, count - 1)[:count]
+    return np.sort(kept)
+
+
 def decide(scanned: dict[str, Any], cut: dict[str, tuple[int, int]]) -> np.ndarray:
     """What becomes of each raw pair: EMPTY, DUPLICATE, VALID, TEST or TRAIN."""
     first, src = scanned["first"], scanned["src"]
-    inner = np.where(first, TRAIN, DUPLICATE).astype(np.uint8)
+    inner = np.where(first, np.uint8(TRAIN), np.uint8(DUPLICATE))  # uint8: a byte a pair
     for name, (lo, hi) in cut.items():
         inner[first & (src >= lo) & (src < hi)] = HELD_OUT[name]
     codes = np.full(len(scanned["nonempty"]), EMPTY, np.uint8)

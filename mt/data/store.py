@@ -5,6 +5,9 @@ object per sentence, pages read from disk as batches touch them.
 
     <split>.<side>.tokens   uint16 while the vocabulary fits, else int32; no BOS/EOS
     <split>.<side>.offsets  int64, sentences + 1: sentence i is tokens[offsets[i]:offsets[i+1]]
+    <split>.<side>.counts   int64, how often each token id occurs (up to the largest seen),
+                            counted as the tokens are written (a store prepared before these
+                            files existed is counted when read, COUNT_STEP tokens at a time)
 
 `Split` is a view over them, with the text of valid and test (small) kept beside.
 """
@@ -21,6 +24,7 @@ import numpy as np
 from ..run_folder import store_files
 
 SIDES = ("src", "tgt")
+COUNT_STEP = 1 << 22  # tokens counted together (np.bincount copies them to int64: 32 MiB)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -30,8 +34,19 @@ def token_dtype(vocab_size: int) -> np.dtype:
 class Sentences(Sequence):
     """One side of a split: sentence i's token ids are `ids[offsets[i]:offsets[i + 1]]`."""
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray | None = None):
         self.ids, self.offsets = ids, offsets
+        self._counts = counts  # of each token id, where the store kept them
+
+    def counts(self) -> np.ndarray:
+        """How often each token id occurs (int64, up to the largest id at least): as the store
+        kept them, else counted COUNT_STEP tokens at a time (never a copy of them all)."""
+        if self._counts is None:
+            self._counts = np.zeros(0, np.int64)
+            for start in range(0, len(self.ids), COUNT_STEP):
+                step = np.bincount(self.ids[start : start + COUNT_STEP])
+                self._counts = added(self._counts, step)
+        return self._counts
 
     @classmethod
     def of(cls, seqs: Sequence[Sequence[int]]) -> Sentences:
@@ -76,6 +91,14 @@ class Sentences(Sequence):
         return cls(ids, offsets)
 
 
+def added(counts: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """Two arrays of counts per token id (of any lengths) summed."""
+    total = np.zeros(max(len(counts), len(more)), np.int64)
+    total[: len(counts)] += counts
+    total[: len(more)] += more
+    return total
+
+
 def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """The flat positions of the spans [start, start + length) of each, one after another."""
     within = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -106,8 +129,9 @@ class SplitWriter:
     """Appends encoded pairs of one split to its files, chunk by chunk."""
 
     def __init__(self, folder: Path, name: str, dtype: np.dtype) -> None:
-        self.dtype, self.pairs = dtype, 0
+        self.folder, self.name, self.dtype, self.pairs = folder, name, dtype, 0
         self.tokens = dict.fromkeys(SIDES, 0)
+        self.counts = {side: np.zeros(0, np.int64) for side in SIDES}
         self.files: dict[str, tuple[IO[bytes], IO[bytes]]] = {}
         for side in SIDES:
             ids, offsets = (  # closed by `close`; a failed build removes the folder
@@ -124,12 +148,15 @@ class SplitWriter:
             out_ids.write(ids.astype(self.dtype).tobytes())
             out_offsets.write((self.tokens[side] + np.cumsum(lengths, dtype=np.int64)).tobytes())
             self.tokens[side] += len(ids)
+            self.counts[side] = added(self.counts[side], np.bincount(ids))
         self.pairs += len(lengths)
 
     def close(self) -> dict[str, Any]:
-        """Close the files; what `open_split` needs to read them."""
+        """Close the files, write the counts; what `open_split` needs to read them."""
         for f in (f for pair in self.files.values() for f in pair):
             f.close()
+        for side, counts in self.counts.items():
+            counts.tofile(self.folder / f"{self.name}.{side}.counts")
         return {"pairs": self.pairs, "tokens": self.tokens, "dtype": self.dtype.name}
 
 
@@ -143,8 +170,19 @@ def open_split(folder: Path, name: str, layout: dict[str, Any]) -> Split:
         offsets = _map(offsets_file, np.dtype(np.int64), layout["pairs"] + 1)
         if offsets[0] != 0 or offsets[-1] != len(ids):
             raise ValueError(f"{name}.{side}: offsets do not match the tokens")
-        sides.append(Sentences(ids, offsets))
+        sides.append(Sentences(ids, offsets, _counts(folder / f"{name}.{side}.counts", len(ids))))
     return Split(*sides)
+
+
+def _counts(path: Path, tokens: int) -> np.ndarray | None:
+    """The counts kept in `path`; None where the store has none (prepared before they were
+    kept); ValueError if they do not add up to the side's tokens."""
+    if not path.is_file():
+        return None
+    counts = np.fromfile(path, np.int64)
+    if counts.sum() != tokens or (counts < 0).any():
+        raise ValueError(f"{path}: counts of {counts.sum()} tokens, not {tokens}")
+    return counts
 
 
 def _map(path: Path, dtype: np.dtype, count: int) -> np.ndarray:

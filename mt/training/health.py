@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from ..config import Config, TrainConfig
-from ..data.store import Sentences
+from ..data.store import Sentences, added
 from ..errors import ConfigError
 
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before the run is called diverged
@@ -116,13 +116,13 @@ def _fixes(config: Config) -> str:
     return f"{post_norm}lengthen the warm-up (train.warmup_steps) or lower train.lr"
 
 
-def unigram_entropy(targets: Sequence[np.ndarray], end: int) -> float:
+def unigram_entropy(targets: Sentences, end: int) -> float:
     """Entropy in nats of the target tokens' frequencies, each sentence ended by `end` (the
-    labels the loss sees): the NLL of a model that ignores the source and the context."""
-    if not targets:
+    labels the loss sees): the NLL of a model that ignores the source and the context. From
+    the counts the store kept (`Sentences.counts`): no pass over the corpus's tokens."""
+    if not len(targets):
         return 0.0
-    flat = targets.ids if isinstance(targets, Sentences) else np.concatenate(targets)  # a store's
-    counts = np.bincount(flat, minlength=end + 1)
+    counts = added(targets.counts(), np.zeros(end + 1, np.int64))
     counts[end] += len(targets)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
