@@ -148,7 +148,8 @@ def changed(step: int, train: float | None = None, valid: tuple | None = None):
         (changed(70, valid=(4.729, 4.7291, 0)), 10),  # it uses its source: a gap of 1e-4
         (changed(70, valid=(4.729, 4.7289, 0)), 10),  # or a gap of -1e-4: by chance, worse
         (changed(70, valid=(4.729, 4.729, 1.5)), 10),  # it translates something
-        (changed(70, train=4.55), 10),  # its training NLL falls (2.6%)
+        # its training NLL falls (2.6%), and its validation NLL too (1.7% from update 20)
+        (changed(70, train=4.55, valid=(4.68, 4.680002, 0)), 10),
         (changed(70, valid=(4.729, math.nan, 0)), 10),  # no number: no verdict
         (changed(40), 0),  # the window (50 updates at least) would start before update 0
         (([[60, 4.75], [70, 4.76]], changed(70)[1]), 10),  # too few logged windows
@@ -158,6 +159,16 @@ def test_each_condition_of_a_collapse_is_needed(history, warmup):
     assert check_validations(config(), *history, warmup, UNIGRAM) is None
     if warmup == 10 and len(history[0]) > 2:
         assert check_validations(config(), *changed(70), warmup, UNIGRAM)  # as measured: called
+
+
+def test_a_training_nll_that_falls_alone_does_not_clear_a_run_that_ignores_its_source():
+    # the training NLL fell 2.6% over updates 20 to 70, the validation NLL 0.7%: the decoder
+    # learns the training targets, not the validation ones
+    found = check_validations(config(), *changed(70, train=4.55), 10, UNIGRAM)
+    assert found.check == "collapsed"
+    assert "a training NLL that fell 2.6% and a validation NLL that fell 0.7%" in found.message
+    rising = changed(70, train=4.55, valid=(4.9, 4.900002, 0))
+    assert "a validation NLL that rose 2.9%" in check_validations(config(), *rising, 10, 0).message
 
 
 def test_health_patience_is_the_least_number_of_validations_judged():

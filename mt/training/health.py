@@ -55,7 +55,9 @@ SOURCE_GAP = 2e-5  # nats: a source gap within this of 0, the source is not used
 WINDOW_SHARE, MIN_WINDOW = 1 / 3, 50
 TRAIN_PROGRESS = 0.015  # a training NLL that fell less than this fraction is flat (the
 # mean of the first third of the window's logged NLLs against the last third's): collapsed
-# runs fell 0.9% at most in a window judged, healthy ones whose gap was small 2.3% at least
+# runs fell 0.9% at most in a window judged, healthy ones whose gap was small 2.3% at least;
+# the validation NLL must fall by as much for the training NLL's fall to count
+RUNAWAY, RUNAWAY_VALIDATIONS = 0.5, 3  # provisional: measured next
 
 
 @dataclass
@@ -177,6 +179,19 @@ def check_validations(
     targets' unigram entropy (for the message)."""
     if not validations:
         return None
+    return collapsed(config, train_nlls, validations, warmup, unigram) or ran_away(
+        config, train_nlls, validations, warmup
+    )
+
+
+def collapsed(
+    config: Config,
+    train_nlls: Sequence[Sequence[float]],
+    validations: Sequence[Sequence[float]],
+    warmup: int,
+    unigram: float,
+) -> Diagnosis | None:
+    """The model ignores its source over the window judged (see the module's docstring)."""
     step = validations[-1][0]
     start = step - max(MIN_WINDOW, WINDOW_SHARE * step)
     judged = [v for v in validations if v[0] >= start]
@@ -192,7 +207,11 @@ def check_validations(
     if not third:  # too few logged windows to tell a trend
         return None
     before, after = statistics.fmean(trained[:third]), statistics.fmean(trained[-third:])
-    if not after > (1 - TRAIN_PROGRESS) * before:  # still learning (NaN: no verdict)
+    train_fell, valid_fell = 1 - after / before, 1 - judged[-1][1] / judged[0][1]
+    # a young model still learning the target language is given time, but only where it
+    # learns on the validation targets too: a training NLL that falls while the validation
+    # one does not is the decoder memorising the training targets
+    if math.isnan(train_fell) or min(train_fell, valid_fell) >= TRAIN_PROGRESS:
         return None
     (first, *_), (_, nll, shuffled, _) = judged[0], judged[-1]
     cause = (
@@ -206,9 +225,59 @@ def check_validations(
         f"collapsed: the model ignores its source: in {len(judged)} validations from step "
         f"{first:.0f} to {step:.0f}, BLEU below {BLEU_FLOOR:g} and a validation NLL as good "
         f"with the sources shuffled among the sentences as with their own ({shuffled:.2f} "
-        f"against {nll:.2f}{frequencies}), and a training NLL that fell "
-        f"{1 - after / before:.1%} over those updates; {cause}; {_fixes(config)}",
+        f"against {nll:.2f}{frequencies}), and a training NLL that {_moved(train_fell)} and a "
+        f"validation NLL that {_moved(valid_fell)} over those updates; {cause}; "
+        f"{_fixes(config)}",
     )
+
+
+def ran_away(
+    config: Config,
+    train_nlls: Sequence[Sequence[float]],
+    validations: Sequence[Sequence[float]],
+    warmup: int,
+) -> Diagnosis | None:
+    """The validation NLL ran away from its best: over RUNAWAY nats above it in each of the
+    last RUNAWAY_VALIDATIONS validations, all after the warm-up, whatever the training NLL
+    does."""
+    latest = validations[-RUNAWAY_VALIDATIONS:]
+    if latest[0][0] <= warmup or not above_best(validations) > RUNAWAY:  # NaN: no verdict
+        return None
+    best_step, best, *_ = _best(validations[:-RUNAWAY_VALIDATIONS])
+    (first, *_), (step, *_) = latest[0], latest[-1]
+    then = [nll for s, nll in train_nlls if s <= best_step][-1:]
+    trained = (
+        f"; the training NLL went from {then[0]:.2f} to {train_nlls[-1][1]:.2f} meanwhile"
+        if then
+        else ""
+    )
+    clip = "" if config.train.clip_norm else "set train.clip_norm (1.0), "
+    return Diagnosis(
+        "diverged",
+        f"diverged: the validation NLL ran away from its best ({best:.2f} at step "
+        f"{best_step:.0f}): {', '.join(f'{v[1]:.2f}' for v in latest)} in the validations "
+        f"from step {first:.0f} to {step:.0f}, each over {RUNAWAY:g} nats above it"
+        f"{trained}; {clip}{_fixes(config)}",
+    )
+
+
+def above_best(validations: Sequence[Sequence[float]], count: int = 0) -> float:
+    """How far, in nats, each of the last `count` (RUNAWAY_VALIDATIONS) validations' NLL is
+    above the best before them, at the least; -inf with no validation before them."""
+    count = count or RUNAWAY_VALIDATIONS
+    if len(validations) <= count:
+        return -math.inf
+    latest = float(np.min([v[1] for v in validations[-count:]]))  # NaN: no verdict
+    return latest - _best(validations[:-count])[1]
+
+
+def _best(validations: Sequence[Sequence[float]]) -> Sequence[float]:
+    """The validation of the least NLL (one that was not a number is not the best)."""
+    return min(validations, key=lambda v: math.inf if math.isnan(v[1]) else v[1])
+
+
+def _moved(fell: float) -> str:
+    return f"fell {fell:.1%}" if fell >= 0 else f"rose {-fell:.1%}"
 
 
 class Checks:
