@@ -75,6 +75,17 @@ READS_LATE = history(
     log_every=5,
 )  # fmt: skip
 
+# issue 37's run: tiny.yaml grown to 6+6 layers at d_model 128, post-norm, lr 0.01 after 10
+# warm-up updates, validated every 100 of 800 updates: BLEU 0 and a source gap below 1e-6
+# throughout; its validation NLL flat at 5.97 to update 400, then rising; its training NLL
+# falling from 5.91 at update 500 to 5.60 at 800 (between: a straight line; before: as at 500)
+MEMORISES = history(
+    [5.91, 5.91, 5.91, 5.91, 5.91, 5.81, 5.70, 5.60],
+    [(5.97, 5e-7, 0), (5.97, 5e-7, 0), (5.97, 5e-7, 0), (5.97, 5e-7, 0), (6.32, 5e-7, 0),
+     (7.09, 5e-7, 0), (8.43, 5e-7, 0), (8.71, 5e-7, 0)],
+    every=100,
+)  # fmt: skip
+
 
 def config(norm_first: bool = False, **train) -> Config:
     cfg = Config()
@@ -169,6 +180,30 @@ def test_a_training_nll_that_falls_alone_does_not_clear_a_run_that_ignores_its_s
     assert "a training NLL that fell 2.6% and a validation NLL that fell 0.7%" in found.message
     rising = changed(70, train=4.55, valid=(4.9, 4.900002, 0))
     assert "a validation NLL that rose 2.9%" in check_validations(config(), *rising, 10, 0).message
+
+
+def test_a_run_that_memorises_its_training_targets_stops_before_its_last_validation():
+    # the rule of issue 26 cleared it: its training NLL fell 1.7% to 3.6% over each window
+    at, found = first_call(config(), *MEMORISES)
+    assert at == 600 and found.check == "collapsed"  # the first window of 3 validations
+    assert "in 3 validations from step 400 to 600" in found.message
+    assert "a training NLL that fell 1.7% and a validation NLL that rose 18.8%" in found.message
+    # its validation NLL alone, running away from its best, stops it too, the training NLL
+    # falling or not
+    logs, checks = MEMORISES
+    for end, called in (5, False), (6, False), (7, True):
+        found = health.ran_away(config(), logs[:end], checks[:end], 10)
+        assert bool(found) == called
+    assert found.check == "diverged" and "\n" not in found.message
+    assert found.message.startswith(
+        "diverged: the validation NLL ran away from its best (5.97 at step 100): 7.09, 8.43 "
+        "in the validations from step 600 to 700, each over 0.75 nats above it; the training "
+        "NLL went from 5.91 to 5.70 meanwhile; set train.clip_norm (1.0), set "
+        "model.norm_first=true (pre-norm), lengthen the warm-up"
+    )
+    flat = [[step, 5.91] for step, _ in logs]
+    assert health.ran_away(config(), flat[:7], checks[:7], 10).check == "diverged"
+    assert health.ran_away(config(), logs[:7], checks[:7], 650) is None  # within the warm-up
 
 
 def test_health_patience_is_the_least_number_of_validations_judged():

@@ -57,7 +57,7 @@ TRAIN_PROGRESS = 0.015  # a training NLL that fell less than this fraction is fl
 # mean of the first third of the window's logged NLLs against the last third's): collapsed
 # runs fell 0.9% at most in a window judged, healthy ones whose gap was small 2.3% at least;
 # the validation NLL must fall by as much for the training NLL's fall to count
-RUNAWAY, RUNAWAY_VALIDATIONS = 0.5, 3  # provisional: measured next
+RUNAWAY, RUNAWAY_VALIDATIONS = 0.75, 2  # provisional: measured next
 
 
 @dataclass
