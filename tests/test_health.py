@@ -218,6 +218,8 @@ def test_a_run_that_memorises_its_training_targets_stops_before_its_last_validat
     flat = [[step, 5.91] for step, _ in logs]
     assert health.ran_away(config(), flat[:7], checks[:7], 10).check == "diverged"
     assert health.ran_away(config(), logs[:7], checks[:7], 650) is None  # within the warm-up
+    not_a_number = [*checks[:6], [700, math.nan, math.nan, 0]]
+    assert health.ran_away(config(), logs[:7], not_a_number, 10) is None  # no verdict
 
 
 def test_a_healthy_run_whose_training_nll_stalls_late_is_not_stopped(monkeypatch):
