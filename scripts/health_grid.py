@@ -3,11 +3,17 @@ learning rates, warm-ups, pre- and post-norm) must run to their end (exit 0), de
 ones warmed up too briefly for their rate must stop with exit 3 before a third of their
 updates, and one that collapses late (after its learning rate peaks) must stop at all. Each run
 is `mt train --config tiny.yaml` with its settings, checks on; prints a Markdown table (the one
-in docs/benchmarks.md, "Health checks") and one JSON line per run.
+in docs/benchmarks.md, "Health checks") and one JSON line per run, with how far its validation
+NLL rose above its best after the warm-up (scripts/health_replay.py: the runaway margin of
+`diverged` is measured against it).
 
     python scripts/health_grid.py --data ../shared/data [--steps 300] [--jobs 2] [--out DIR]
+        [--only NAME,NAME] [--data-from RUN]
 
---out keeps each run's folder (its metrics.jsonl is the history the checks judged).
+--out keeps each run's folder (its metrics.jsonl is the history the checks judged); --only runs
+the configurations whose name has one of these; --data-from starts each run from the prepared
+data of a run of the grid (no setting of the grid changes a data or tokenizer key, so each
+would prepare the same: `mt train` checks that the data fits its config, else prepares).
 """
 
 from __future__ import annotations
@@ -15,11 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from health_replay import IN_A_ROW, replay
 
 RUNS, STOPS_EARLY, STOPS = "exit 0", "exit 3 before a third", "exit 3"
 
@@ -64,8 +73,19 @@ GRID = [
 ]  # fmt: skip
 
 
-def run(name: str, expected: str, settings: list[str], data: Path, steps: int, root: Path):
+def run(
+    name: str,
+    expected: str,
+    settings: list[str],
+    data: Path,
+    steps: int,
+    root: Path,
+    prepared: Path | None,
+):
     folder = root / name.replace(" ", "_")
+    if prepared and not (folder / "data").exists():
+        shutil.copytree(prepared / "data", folder / "data")
+        shutil.copy2(prepared / "tokenizer.json", folder)
     common = [
         f"data.files.train={data / 'tatoeba_en_es.train.jsonl.gz'}",
         f"data.files.valid={data / 'tatoeba_en_es.valid.jsonl.gz'}",
@@ -91,6 +111,7 @@ def run(name: str, expected: str, settings: list[str], data: Path, steps: int, r
         "gap": last["nll_shuffled"] - last["nll"] if last else None,
         "least_gap": min((abs(r["nll_shuffled"] - r["nll"]) for r in valid), default=None),
         "bleu": last.get("bleu"),
+        **{key: value for key, value in replay(folder).items() if key.startswith("rise_")},
         "error": done.stderr.strip().splitlines()[-1] if done.returncode else "",
     }
 
@@ -100,24 +121,28 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", default="", help="run the configurations whose name has this")
+    parser.add_argument("--only", default="", help="the configurations whose name has one of these")
+    parser.add_argument("--data-from", type=Path, help="a run whose prepared data each starts from")
     parser.add_argument("--out", type=Path, help="keep the runs' folders here")
     args = parser.parse_args()
-    grid = [g for g in GRID if args.only in g[0]]
+    grid = [g for g in GRID if any(part in g[0] for part in args.only.split(","))]
     with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(args.jobs) as pool:
         root = args.out.resolve() if args.out else Path(scratch)
-        jobs = [pool.submit(run, *g, args.data.resolve(), args.steps, root) for g in grid]
+        common = args.data.resolve(), args.steps, root, args.data_from
+        jobs = [pool.submit(run, *g, *common) for g in grid]
         results = [job.result() for job in jobs]
     gap = "source gap: least size, last"
-    print(f"| run | expected | exit | stopped at | check | valid NLL | {gap} | BLEU |")
-    print("|---|---|---|---|---|---|---|---|")
+    rise = f"valid NLL over its best, {'/'.join(map(str, IN_A_ROW))} in a row"
+    print(f"| run | expected | exit | stopped at | check | valid NLL | {gap} | BLEU | {rise} |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         gap = f"{r['least_gap']:.1e}, {r['gap']:.4f}" if r["gap"] is not None else "-"
         nll = f"{r['nll']:.3f}" if r["nll"] is not None else "-"
         bleu = f"{r['bleu']:.2f}" if r["bleu"] is not None else "-"
+        rise = " / ".join(f"{r[f'rise_{n}']:+.3f}" for n in IN_A_ROW)
         print(
             f"| {r['name']} | {r['expected']} | {r['exit']} | {r['step']} | {r['check'] or '-'} "
-            f"| {nll} | {gap} | {bleu} |"
+            f"| {nll} | {gap} | {bleu} | {rise} |"
         )
     for r in results:
         print(json.dumps(r))

@@ -8,7 +8,10 @@ its name, for `metrics.jsonl`, and one line naming what was seen, the likely cau
 setting to change.
 
 - diverged: the loss was not a finite number in MAX_BAD_UPDATES updates in a row, or a logged
-  window's gradient norm was not.
+  window's gradient norm was not; or the validation NLL ran away from its best: over RUNAWAY
+  nats above the best before them in each of the last RUNAWAY_VALIDATIONS validations, all
+  after the warm-up, whatever the training NLL does (a model that memorises its training
+  targets lowers it all the same).
 - exploded: a logged window's mean gradient norm is EXPLOSION times the median of the earlier
   ones: the updates are about to wreck the weights (none was seen in the runs measured:
   the bound is loose on purpose).
@@ -17,19 +20,20 @@ setting to change.
   (MIN_WINDOW at least, all after the warm-up) it translates nothing (BLEU below BLEU_FLOOR)
   and predicts the validation targets as well from other sentences' sources as from their own
   (the source gap, the validation NLL with the sources shuffled among the sentences less the
-  true one, within SOURCE_GAP nats of 0), and its training NLL fell less than TRAIN_PROGRESS
-  across that window. Either condition alone clears a run: a young model that has learnt only
-  the target language uses its source a little all the same, and one whose loss still falls is
-  given time.
+  true one, within SOURCE_GAP nats of 0). The verdict rests on these two; learning delays it:
+  a young model whose training and validation NLL both fell TRAIN_PROGRESS or more across
+  that window is given time. A training NLL that falls alone does not clear a run: with its
+  validation NLL flat or rising, it is the decoder memorising the training targets.
   The failure it catches: a post-norm Transformer warmed up too briefly for its learning
   rate stops using the source for good (Xiong et al. 2020, "On Layer Normalization in the
   Transformer Architecture"). Measured on the Tatoeba files (CPU; validation is in float32,
   so a model that ignores its source has a gap of rounding error), see docs/benchmarks.md
-  ("Health checks"): collapsed runs kept a gap of 1e-8 to 7.5e-6 nats and a training NLL that
-  fell 0.9% at most over a window judged; the 15 healthy runs had a gap of 8e-5 at the least
-  (deep pre-norm models use their source late: 3e-4 for 150 updates), and the training NLL of
-  those whose gap was below 0.002 fell 2.3% at least over a window; late in a run, when the
-  gap is large, a window's loss can stall (-0.5% to 0.7% seen) and the gap alone clears it.
+  ("Health checks"): collapsed runs kept a gap of 1e-8 to 7.5e-6 nats; the healthy runs had a
+  gap of 7.6e-5 at the least (deep pre-norm models use their source late: 3e-4 for 150
+  updates). Over a window judged, the training NLL of healthy runs whose gap was below 0.002
+  fell 2.3% at least and their validation NLL 4.5% at least; that of collapsed runs 0.9% and
+  1.1% at most, but a run that memorised its training targets (issue 37) lowered its training
+  NLL 1.7% to 3.6% per window while its validation NLL rose 19% to 33%.
 """
 
 from __future__ import annotations
@@ -53,9 +57,11 @@ SOURCE_GAP = 2e-5  # nats: a source gap within this of 0, the source is not used
 # runs: 4e-6 at most, 7.5e-6 as a late collapse set in; healthy ones: 7.6e-5 at the least)
 # the window judged: this share of the updates so far, and at least this many updates
 WINDOW_SHARE, MIN_WINDOW = 1 / 3, 50
-TRAIN_PROGRESS = 0.015  # a training NLL that fell less than this fraction is flat (the
-# mean of the first third of the window's logged NLLs against the last third's): collapsed
-# runs fell 0.9% at most in a window judged, healthy ones whose gap was small 2.3% at least
+TRAIN_PROGRESS = 0.015  # an NLL that fell less than this fraction across the window judged
+# is not learning (training: the mean of the first third of the window's logged NLLs against
+# the last third's; validation: its first against its last): collapsed runs fell 0.9% and
+# 1.1% at most, healthy ones whose gap was small 2.3% and 4.5% at least
+RUNAWAY, RUNAWAY_VALIDATIONS = 0.75, 2  # provisional: measured next
 
 
 @dataclass
@@ -177,6 +183,19 @@ def check_validations(
     targets' unigram entropy (for the message)."""
     if not validations:
         return None
+    return collapsed(config, train_nlls, validations, warmup, unigram) or ran_away(
+        config, train_nlls, validations, warmup
+    )
+
+
+def collapsed(
+    config: Config,
+    train_nlls: Sequence[Sequence[float]],
+    validations: Sequence[Sequence[float]],
+    warmup: int,
+    unigram: float,
+) -> Diagnosis | None:
+    """The model ignores its source over the window judged (see the module's docstring)."""
     step = validations[-1][0]
     start = step - max(MIN_WINDOW, WINDOW_SHARE * step)
     judged = [v for v in validations if v[0] >= start]
@@ -192,7 +211,11 @@ def check_validations(
     if not third:  # too few logged windows to tell a trend
         return None
     before, after = statistics.fmean(trained[:third]), statistics.fmean(trained[-third:])
-    if not after > (1 - TRAIN_PROGRESS) * before:  # still learning (NaN: no verdict)
+    train_fell, valid_fell = 1 - after / before, 1 - judged[-1][1] / judged[0][1]
+    # a young model still learning the target language is given time, but only where it
+    # learns on the validation targets too: a training NLL that falls while the validation
+    # one does not is the decoder memorising the training targets
+    if math.isnan(train_fell) or min(train_fell, valid_fell) >= TRAIN_PROGRESS:
         return None
     (first, *_), (_, nll, shuffled, _) = judged[0], judged[-1]
     cause = (
@@ -206,9 +229,59 @@ def check_validations(
         f"collapsed: the model ignores its source: in {len(judged)} validations from step "
         f"{first:.0f} to {step:.0f}, BLEU below {BLEU_FLOOR:g} and a validation NLL as good "
         f"with the sources shuffled among the sentences as with their own ({shuffled:.2f} "
-        f"against {nll:.2f}{frequencies}), and a training NLL that fell "
-        f"{1 - after / before:.1%} over those updates; {cause}; {_fixes(config)}",
+        f"against {nll:.2f}{frequencies}), and a training NLL that {_moved(train_fell)} and a "
+        f"validation NLL that {_moved(valid_fell)} over those updates; {cause}; "
+        f"{_fixes(config)}",
     )
+
+
+def ran_away(
+    config: Config,
+    train_nlls: Sequence[Sequence[float]],
+    validations: Sequence[Sequence[float]],
+    warmup: int,
+) -> Diagnosis | None:
+    """The validation NLL ran away from its best: over RUNAWAY nats above it in each of the
+    last RUNAWAY_VALIDATIONS validations, all after the warm-up, whatever the training NLL
+    does."""
+    latest = validations[-RUNAWAY_VALIDATIONS:]
+    if latest[0][0] <= warmup or not above_best(validations) > RUNAWAY:  # NaN: no verdict
+        return None
+    best_step, best, *_ = _best(validations[:-RUNAWAY_VALIDATIONS])
+    (first, *_), (step, *_) = latest[0], latest[-1]
+    then = [nll for s, nll in train_nlls if s <= best_step][-1:]
+    trained = (
+        f"; the training NLL went from {then[0]:.2f} to {train_nlls[-1][1]:.2f} meanwhile"
+        if then
+        else ""
+    )
+    clip = "" if config.train.clip_norm else "set train.clip_norm (1.0), "
+    return Diagnosis(
+        "diverged",
+        f"diverged: the validation NLL ran away from its best ({best:.2f} at step "
+        f"{best_step:.0f}): {', '.join(f'{v[1]:.2f}' for v in latest)} in the validations "
+        f"from step {first:.0f} to {step:.0f}, each over {RUNAWAY:g} nats above it"
+        f"{trained}; {clip}{_fixes(config)}",
+    )
+
+
+def above_best(validations: Sequence[Sequence[float]], count: int = 0) -> float:
+    """How far, in nats, each of the last `count` (RUNAWAY_VALIDATIONS) validations' NLL is
+    above the best before them, at the least; -inf with no validation before them."""
+    count = count or RUNAWAY_VALIDATIONS
+    if len(validations) <= count:
+        return -math.inf
+    latest = float(np.min([v[1] for v in validations[-count:]]))  # NaN: no verdict
+    return latest - _best(validations[:-count])[1]
+
+
+def _best(validations: Sequence[Sequence[float]]) -> Sequence[float]:
+    """The validation of the least NLL (one that was not a number is not the best)."""
+    return min(validations, key=lambda v: math.inf if math.isnan(v[1]) else v[1])
+
+
+def _moved(fell: float) -> str:
+    return f"fell {fell:.1%}" if fell >= 0 else f"rose {-fell:.1%}"
 
 
 class Checks:
