@@ -225,3 +225,13 @@ def tatoeba_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout), run_dir
+
+
+def long_sentence(tokenizer, tokens: int) -> str:
+    """Clauses joined by commas into one sentence of more than `tokens` tokens."""
+    clauses = ["the museum opens on sundays", "the coffee is hot", "we like music"]
+    text, i = "", 0
+    while len(tokenizer.encode(text, add_special_tokens=False).ids) <= tokens:
+        text += ("" if not text else ", ") + clauses[i % len(clauses)]
+        i += 1
+    return text[0].upper() + text[1:] + "."
