@@ -66,7 +66,8 @@ def source_pieces(tokenizer: Tokenizer, texts: Sequence[str], limit: int) -> Pie
     positions, less EOS) into pieces that fit."""
     ids, counts = [], []
     for text_ids in tok.encode(tokenizer, texts):
-        pieces = cut(text_ids, limit, strengths(tokenizer, text_ids)) if text_ids else [[]]
+        fits = len(text_ids) <= limit  # nearly always: no break points to look for
+        pieces = [text_ids] if fits else cut(text_ids, limit, strengths(tokenizer, text_ids))
         ids += pieces
         counts.append(len(pieces))
     return Pieces(ids, counts)
