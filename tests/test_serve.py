@@ -435,6 +435,16 @@ def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
     assert answer["translatedText"][:-1] == [hyps[0][0] for hyps in want[:-2]]
     assert answer["alternatives"][:-1] == [[hyps[1][0]] for hyps in want[:-2]]
     assert answer["translatedText"][-1] == f"{want[-2][0][0]} {want[-1][0][0]}"
+    # a sentence longer than the positions: whole, in the pieces torch's engine cuts
+    exported = service.translator.exported
+    limit = max_length(exported.cfg)
+    text = long_sentence(exported.src_tokenizer, 2 * limit)
+    pieces = tok.decode(
+        exported.src_tokenizer, source_pieces(exported.src_tokenizer, [text], limit).ids
+    )
+    (whole,) = ct2.translate_nbest(exported, [text], decode)
+    alone = ct2.translate_nbest(exported, pieces, decode)
+    assert len(pieces) >= 3 and whole[0][0] == " ".join(h[0][0] for h in alone)
 
 
 def chromium() -> tuple[str, str]:
