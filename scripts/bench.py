@@ -16,6 +16,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
   decode   decoding speed, batched vs one sentence at a time, greedy and beam 5
   export   mt (PyTorch) vs its CTranslate2 export, float32 and int8: speed, BLEU, memory, size
   serve    mt serve under 64 concurrent clients for 60 s against mt translate in one batch
+  text     paragraphs of 4 Tatoeba test sentences against the sentences one a line: BLEU and
+           time (scripts/bench_text.py), and the sentence splitters (scripts/bench_splitter.py)
 
     python scripts/bench.py --data ../shared/data [--only speed,decode] [--minutes 20]
 """
@@ -39,6 +41,8 @@ import yaml
 from bench_prepare import render as render_scale
 from bench_prepare import run as run_scale
 from bench_serve import render as render_serve
+from bench_splitter import render as render_splitter
+from bench_text import render as render_text
 from bench_train_speed import REFERENCE_THEN
 
 from mt.training.metrics import read_metrics
@@ -294,6 +298,13 @@ def step_serve(data: Path, results: dict) -> None:
     pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
     out, _ = run([PY, "scripts/bench_serve.py", str(RUN), "--pairs", pairs])
     results["serve"] = last_json(out)
+
+
+def step_text(data: Path, results: dict) -> None:
+    out, _ = run([PY, "scripts/bench_text.py", str(RUN), "--data", str(data)])
+    results["text"] = last_json(out)
+    out, _ = run([PY, "scripts/bench_splitter.py", "--data", str(data), "--json"])
+    results["splitter"] = last_json(out)
 
 
 def render_export(e: dict) -> list[str]:
@@ -562,6 +573,10 @@ def render(results: dict) -> str:
         lines += render_export(results["export"])
     if "serve" in results:
         lines += render_serve(results["serve"])
+    if "text" in results:
+        lines += render_text(results["text"])
+    if "splitter" in results:
+        lines += ["## Sentence splitters", "", render_splitter(results["splitter"]["rows"]), ""]
     lines += peer_comparison(results)
     lines += render_gpu()
     return "\n".join(lines).rstrip() + "\n"
@@ -705,6 +720,7 @@ def main() -> None:
         "decode": lambda: step_decode(data, results),
         "export": lambda: step_export(data, results),
         "serve": lambda: step_serve(data, results),
+        "text": lambda: step_text(data, results),
     }
     for name in filter(None, args.only.split(",")):  # --only "" re-renders the page
         steps[name]()

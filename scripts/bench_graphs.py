@@ -25,9 +25,11 @@ import mt.decoding.translate
 from mt import checkpoint
 from mt.data.corpus import read_pairs_jsonl
 from mt.decoding.graphs import graphs_for
+from mt.decoding.pieces import source_pieces
 from mt.decoding.search import Plan
-from mt.decoding.translate import source_ids, translate_ids
+from mt.decoding.translate import translate_ids
 from mt.device import cpu_info, precision_for
+from mt.model import max_length
 
 
 def plans(device: torch.device) -> dict[str, Plan]:
@@ -61,7 +63,9 @@ def main() -> None:
     device = torch.device(args.device)
     loaded = checkpoint.load(args.checkpoint, device)
     pairs = read_pairs_jsonl(args.pairs, "en", "es")[: args.sentences or None]
-    ids = source_ids(loaded.model, loaded.src_tokenizer, [s for s, _ in pairs])
+    ids = source_pieces(
+        loaded.src_tokenizer, [s for s, _ in pairs], max_length(loaded.model.cfg)
+    ).ids
     rows = []
     for beam in (1, 5):
         for precision in ("fp32", "auto"):

@@ -39,8 +39,10 @@ def worker(spec: dict) -> None:
     from mt import checkpoint
     from mt.data import tokenizer as tok
     from mt.data.corpus import read_pairs_jsonl
-    from mt.decoding.translate import source_ids, translate_ids
+    from mt.decoding.pieces import source_pieces
+    from mt.decoding.translate import translate_ids
     from mt.device import precision_for
+    from mt.model import max_length
 
     def synced_clock() -> float:
         if device.type == "cuda":
@@ -53,7 +55,9 @@ def worker(spec: dict) -> None:
     loaded = checkpoint.load(spec["model"], device)
     load_s = synced_clock() - started
     pairs = read_pairs_jsonl(spec["pairs"], "en", "es")[: spec["sentences"] or None]
-    ids = source_ids(loaded.model, loaded.src_tokenizer, [s for s, _ in pairs])
+    ids = source_pieces(
+        loaded.src_tokenizer, [s for s, _ in pairs], max_length(loaded.model.cfg)
+    ).ids
     runs = []
     for beam, precision in spec["searches"]:
         default = type(loaded.config.decode)().batch_tokens  # the implementation's own

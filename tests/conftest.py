@@ -398,3 +398,13 @@ class HostSyncs(TorchDispatchMode):
         )
         self.count += name in self.reads or masks or sized
         return func(*args, **kwargs)
+
+
+def long_sentence(tokenizer, tokens: int) -> str:
+    """Clauses joined by commas into one sentence of more than `tokens` tokens."""
+    clauses = ["the museum opens on sundays", "the coffee is hot", "we like music"]
+    text, i = "", 0
+    while len(tokenizer.encode(text, add_special_tokens=False).ids) <= tokens:
+        text += ("" if not text else ", ") + clauses[i % len(clauses)]
+        i += 1
+    return text[0].upper() + text[1:] + "."

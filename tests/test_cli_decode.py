@@ -10,11 +10,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PAIRS, tiny_config, write_jsonl
+from conftest import PAIRS, long_sentence, tiny_config, write_jsonl
 
 from mt import checkpoint
-from mt.decoding.translate import translate_nbest
+from mt.data import tokenizer as tok
+from mt.data.prepare import Prepared
+from mt.data.store import Split
+from mt.decoding.engine import open_translator
+from mt.decoding.pieces import source_pieces
+from mt.decoding.translate import translate_ids
+from mt.model import max_length
+from mt.text import translate_texts
 from mt.training.trainer import train
+from mt.training.validation import validation_record
 
 
 @pytest.fixture(scope="module")
@@ -43,17 +51,8 @@ def test_translate_prints_one_line_per_input_in_order(cli_main, run_dir):
     assert code == 0, err
     lines = out.split("\n")[:-1]
     assert len(lines) == len(texts) and lines[1] == ""  # an empty input gives an empty line
-    loaded = checkpoint.load(run_dir)
-    alone = [
-        translate_nbest(
-            loaded.model,
-            loaded.src_tokenizer,
-            loaded.tgt_tokenizer,
-            [t],
-            dataclasses.replace(loaded.config.decode, beam=2),
-        )[0][0][0]
-        for t in texts
-    ]
+    translator = open_translator(run_dir, device="cpu", decode=["decode.beam=2"])
+    alone = [translate_texts(translator, [t])[0] for t in texts]
     assert lines == alone  # batching and sorting by length change nothing
 
 
@@ -73,11 +72,54 @@ def test_translate_file_and_stdin(cli_main, run_dir, tmp_path, monkeypatch):
     assert code == 0 and from_stdin == from_file
 
 
-def test_translate_truncates_long_input_with_a_warning(cli_main, run_dir):
-    long = " ".join(["The museum opens on Sundays."] * 120)  # far past max_positions (256)
-    code, out, err = cli_main("translate", "--checkpoint", str(run_dir), "--beam", "1", long)
+def test_one_line_in_one_line_out_each_lines_sentences_joined(cli_main, run_dir, tmp_path):
+    lines = ["Hello. I like music.", "", "  Good night!  Thank you.", "The coffee is hot."]
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out, err = cli_main("translate", "--checkpoint", str(run_dir), "--file", str(source))
     assert code == 0, err
-    assert "truncated" in err and len(out.splitlines()) == 1
+    translator = open_translator(run_dir, device="cpu")
+    assert out.split("\n")[:-1] == translate_texts(translator, lines)
+    alone = translator.translate(["Good night!", "Thank you."])
+    assert out.split("\n")[2] == f"  {alone[0]}  {alone[1]}"  # its spacing kept
+    # --no-split-sentences: each line whole, as the model read it before
+    code, whole, _ = cli_main(
+        "translate", "--checkpoint", str(run_dir), "--no-split-sentences", *lines[:1]
+    )
+    assert whole.split("\n")[:-1] == translator.translate(lines[:1])
+
+
+def test_a_sentence_twice_the_positions_comes_back_whole_one_policy_for_all(
+    cli_main, run_dir, tmp_path
+):
+    loaded = checkpoint.load(run_dir)
+    limit = max_length(loaded.model.cfg)
+    text = long_sentence(loaded.src_tokenizer, 2 * limit)
+    pieces = source_pieces(loaded.src_tokenizer, [text], limit)
+    assert len(pieces.ids) >= 3 and max(map(len, pieces.ids)) <= limit
+    decoded = tok.decode(loaded.src_tokenizer, pieces.ids)
+    assert "".join(decoded) == text and all(p.endswith(",") for p in decoded[:-1])
+    greedy = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
+    found = translate_ids(loaded.model, pieces.ids, greedy)
+    whole = " ".join(tok.decode(loaded.tgt_tokenizer, [h[0].tokens for h in found]))
+
+    # mt translate: whole, no warning
+    code, out, err = cli_main("translate", "--checkpoint", str(run_dir), "--beam", "1", text)
+    assert code == 0 and out == whole + "\n" and "warning" not in err
+    # validation translates it as translate does
+    config = dataclasses.replace(
+        loaded.config, train=dataclasses.replace(loaded.config.train, eval_examples=1)
+    )
+    ids = tok.encode(loaded.src_tokenizer, [text]), tok.encode(loaded.tgt_tokenizer, ["hola"])
+    valid = Split(*ids, [text], ["hola"])
+    data = Prepared({"valid": valid}, loaded.src_tokenizer, loaded.tgt_tokenizer, {}, True)
+    _, examples = validation_record(loaded.model, data, config, torch.device("cpu"))
+    assert examples[0].endswith(f"hyp: {whole}")
+    # mt score of the pair: scored on what fits, said in one line
+    pairs = write_jsonl(tmp_path / "long.jsonl", [("Hello.", "Hola."), (text, "Hola.")])
+    code, out, err = cli_main("score", str(run_dir), "--pairs", str(pairs))
+    assert code == 0 and len(out.splitlines()) == 2
+    assert err.count("\n") == 1 and "(2)" in err and "not exactly" in err
 
 
 def test_translate_nbest_lists_are_sorted(cli_main, run_dir):

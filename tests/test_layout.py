@@ -14,13 +14,15 @@ PACKAGE = ROOT / "mt"
 LONGEST = 450  # lines a module may have
 
 # From the bottom: what every layer shares, the data, the model and its checkpoint format,
-# decoding, training (which validates by decoding), the converters and the server, and the
-# command line on top. A module may import from its own layer and those below it.
+# decoding, text (sentences and their layout around decoding), training (which validates by
+# decoding), the converters and the server, and the command line on top. A module may
+# import from its own layer and those below it.
 LAYERS = [
     {"mt", "mt.errors", "mt.messages", "mt.files", "mt.run_folder", "mt.device", "mt.config"},
     {"mt.data"},
     {"mt.model", "mt.checkpoint"},
     {"mt.decoding"},
+    {"mt.text"},
     {"mt.training"},
     {"mt.converters", "mt.serve"},
     {"mt.cli", "mt.__main__"},

@@ -19,15 +19,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import PAIRS, mt_executable, tiny_config, write_jsonl
+from conftest import PAIRS, long_sentence, mt_executable, tiny_config, write_jsonl
 
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
+from mt.data import tokenizer as tok
 from mt.decoding.engine import Translator, open_translator
+from mt.decoding.pieces import source_pieces
+from mt.model import max_length
 from mt.serve import app as serve_app
 from mt.serve.batcher import Service, Settings
 from mt.serve.requests import FORM_TYPE, JSON_TYPE
+from mt.text import translate_texts_nbest
 from mt.training.trainer import train
 
 SENTENCES = ["Hello.", "I love you.", "Where is the station?", "The coffee is hot.", "Let's go!"]
@@ -128,6 +132,34 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
     assert status == 200
     assert answer["translatedText"] == expected(service, ["Hello."], 1, 1)[0][0][0]
     assert answer["scores"] == [None]
+
+
+def test_a_paragraph_is_translated_sentence_by_sentence_its_layout_kept(server):
+    address, service = server
+    text = "Hello.  I love you.\nWhere is the station? The coffee is hot.\n"
+    status, answer, _ = call(address, "/translate", {"q": text, "alternatives": 1})
+    assert status == 200
+    decode = dataclasses.replace(service.translator.config.decode, beam=2, nbest=2)
+    (want,) = translate_texts_nbest(service.translator, [text], decode)
+    assert [answer["translatedText"], *answer["alternatives"]] == [t for t, _ in want]
+    best = [h[0][0] for h in expected(service, SENTENCES[:4], 2, 1)]
+    assert answer["translatedText"] == f"{best[0]}  {best[1]}\n{best[2]} {best[3]}\n"
+
+
+def test_a_sentence_longer_than_the_positions_is_served_whole(model, capfd):
+    with serving(loader(model), max_chars=20_000) as (address, service):
+        wait_ready(address)
+        translator = service.translator
+        limit = max_length(translator.model.cfg)
+        text = long_sentence(translator.src_tokenizer, 2 * limit)
+        status, answer, _ = call(address, "/translate", {"q": text, "beam": 1})
+    assert status == 200
+    greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
+    pieces = source_pieces(translator.src_tokenizer, [text], limit)
+    found = translator.translate_nbest(tok.decode(translator.src_tokenizer, pieces.ids), greedy)
+    assert len(found) >= 3
+    assert answer["translatedText"] == " ".join(h[0][0] for h in found)
+    assert "warning" not in capfd.readouterr().err
 
 
 def test_health_info_and_languages(server):
@@ -394,11 +426,24 @@ def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
         wait_ready(address)
         _, info, _ = call(address, "/info")
         assert (info["engine"], info["model"], info["step"]) == ("ctranslate2", "ct2", 60)
-        _, answer, _ = call(address, "/translate", {"q": SENTENCES, "alternatives": 1})
+        texts = [*SENTENCES, "Hello. I love you."]  # the text layer over CT2 alike
+        _, answer, _ = call(address, "/translate", {"q": texts, "alternatives": 1})
     decode = dataclasses.replace(service.translator.config.decode, nbest=2)
-    want = ct2.translate_nbest(service.translator.exported, SENTENCES, decode)
-    assert answer["translatedText"] == [hyps[0][0] for hyps in want]
-    assert answer["alternatives"] == [[hyps[1][0]] for hyps in want]
+    sentences = [*SENTENCES, "Hello.", "I love you."]
+    want = ct2.translate_nbest(service.translator.exported, sentences, decode)
+    assert answer["translatedText"][:-1] == [hyps[0][0] for hyps in want[:-2]]
+    assert answer["alternatives"][:-1] == [[hyps[1][0]] for hyps in want[:-2]]
+    assert answer["translatedText"][-1] == f"{want[-2][0][0]} {want[-1][0][0]}"
+    # a sentence longer than the positions: whole, in the pieces torch's engine cuts
+    exported = service.translator.exported
+    limit = max_length(exported.cfg)
+    text = long_sentence(exported.src_tokenizer, 2 * limit)
+    pieces = tok.decode(
+        exported.src_tokenizer, source_pieces(exported.src_tokenizer, [text], limit).ids
+    )
+    (whole,) = ct2.translate_nbest(exported, [text], decode)
+    alone = ct2.translate_nbest(exported, pieces, decode)
+    assert len(pieces) >= 3 and whole[0][0] == " ".join(h[0][0] for h in alone)
 
 
 def chromium() -> tuple[str, str]:

@@ -74,6 +74,15 @@ BatchTokensOption = Annotated[
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
 
 
+def split_option(default: str) -> object:
+    """--split-sentences/--no-split-sentences: cut each text into sentences (mt.text) or not."""
+    return typer.Option(
+        "--split-sentences/--no-split-sentences",
+        help="Cut each text into sentences, translate them and join them, its spacing and "
+        f"line breaks kept; --no-split-sentences: each text is one sentence already. {default}",
+    )
+
+
 @app.command(name="translate")
 def translate_command(
     texts: Annotated[list[str] | None, typer.Argument(help="English sentences.")] = None,
@@ -92,11 +101,15 @@ def translate_command(
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
+    split_sentences: Annotated[bool, split_option("Default: split.")] = True,
 ) -> None:
     """Translate English to Spanish: arguments, a file, stdin, or an interactive prompt.
 
-    With --nbest N > 1 each line is INDEX<TAB>RANK<TAB>SCORE<TAB>TRANSLATION (INDEX from 0,
-    RANK from 1, SCORE the length-normalised log-probability).
+    Each input (an argument, a line) is cut into sentences, all of them decoded together and
+    joined again with the input's spacing: one line in, one line out. With --nbest N > 1 each
+    line is INDEX<TAB>RANK<TAB>SCORE<TAB>TRANSLATION (INDEX from 0, RANK from 1, SCORE the
+    length-normalised log-probability); for an input of several sentences the K-th joins each
+    sentence's K-th translation, its score the mean of theirs.
     """
     lines, interactive = _input_lines(texts, file)
     translator = _open(
@@ -111,7 +124,7 @@ def translate_command(
         batch_tokens=batch_tokens,
     )
     if not interactive:
-        _print_translations(translator, lines)
+        _print_translations(translator, lines, split_sentences)
         return
     say(f"mt: translating with {translator.path} (Ctrl-D to quit)")
     while True:
@@ -120,7 +133,7 @@ def translate_command(
         if not line:
             typer.echo(err=True)
             return
-        _print_translations(translator, [line.rstrip("\n")])
+        _print_translations(translator, [line.rstrip("\n")], split_sentences)
 
 
 def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], bool]:
@@ -139,9 +152,11 @@ def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], 
     return lines, interactive
 
 
-def _print_translations(translator, batch: list[str]) -> None:
+def _print_translations(translator, batch: list[str], split: bool) -> None:
     """Each translation on a line, or with --nbest N > 1: INDEX, RANK, SCORE, TRANSLATION."""
-    found = translator.translate_nbest(batch, progress=len(batch) > 100)
+    from ..text import translate_texts_nbest
+
+    found = translate_texts_nbest(translator, batch, split=split, progress=len(batch) > 100)
     for i, hyps in enumerate(found):
         if translator.config.decode.nbest == 1:
             typer.echo(hyps[0][0])
@@ -174,17 +189,25 @@ def evaluate_command(
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
+    split_sentences: Annotated[
+        bool, split_option("Default: not split (a test set is one sentence a line).")
+    ] = False,
 ) -> None:
     """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
     from ..decoding.evaluate import evaluate, evaluation_set
     from ..files import atomic_write_text
+    from ..text import translate_texts
 
     translator = _open(
         checkpoint, config, set_, device, engine, threads, beam=beam, batch_tokens=batch_tokens
     )
     # an exported folder evaluates on the split of the run it was exported from
     found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
-    result, hypotheses = evaluate(translator, *found)
+    result, hypotheses = evaluate(
+        translator,
+        *found,
+        lambda texts: translate_texts(translator, texts, split=split_sentences, progress=True),
+    )
     if out:
         atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
     if as_json:

@@ -78,7 +78,7 @@ class Exported:
         self.tgt_ids = self.tgt_tokenizer.get_vocab()
 
     @property
-    def cfg(self) -> ModelConfig:  # what translate.source_ids reads from a model
+    def cfg(self) -> ModelConfig:  # as a Transformer's
         return self.config.model
 
 
@@ -126,10 +126,13 @@ def translate_nbest(
     Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
+    from ..model import max_length
+    from .pieces import source_pieces
     from .search import output_lengths, within_positions
-    from .translate import decode_batch_tokens, source_ids
+    from .translate import decode_batch_tokens
 
-    ids = source_ids(exported, exported.src_tokenizer, texts)
+    pieces = source_pieces(exported.src_tokenizer, texts, max_length(exported.cfg))
+    ids = pieces.ids
     lengths = torch.tensor([len(x) + 1 for x in ids], dtype=torch.long)  # EOS counted
     limits = within_positions(output_lengths(lengths, cfg.max_len_a, cfg.max_len_b), exported.cfg)
     limits = limits.tolist()
@@ -137,7 +140,7 @@ def translate_nbest(
     out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
     todo = [i for i, x in enumerate(ids) if x]
     if not todo:
-        return out
+        return pieces.joined(out)
     pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
     vocab_size = exported.tgt_tokenizer.get_vocab_size()
     budget = decode_batch_tokens(cfg, exported.cfg, vocab_size, exported.device)
@@ -150,14 +153,14 @@ def translate_nbest(
         length_penalty=cfg.alpha,
         no_repeat_ngram_size=cfg.no_repeat_ngram,
         max_decoding_length=max(limits[i] for i in todo) + 1,  # room for EOS
-        max_input_length=0,  # source_ids cut them already
+        max_input_length=0,  # the pieces fit already
         min_decoding_length=0,  # CT2 forbids an empty output by default, renormalising
         return_scores=not greedy,
         suppress_sequences=[[pad], [bos]],
     )
     for i, result in zip(todo, results):
         out[i] = _ranked(result, exported, limits[i], cfg, greedy)
-    return out
+    return pieces.joined(out)
 
 
 def _ranked(

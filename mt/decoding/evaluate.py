@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,12 +70,17 @@ def evaluation_set(
 
 
 def evaluate(
-    translator: Translator, name: str, sources: list[str], references: list[str]
+    translator: Translator,
+    name: str,
+    sources: list[str],
+    references: list[str],
+    translate: Callable[[list[str]], list[str]] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Translate `sources` (with a progress bar) and score them against `references`: (the
-    result `mt evaluate` prints, the hypotheses)."""
+    """Translate `sources` (with a progress bar; by `translate` where given, as mt.text's
+    sentence splitting does) and score them against `references`: (the result `mt evaluate`
+    prints, the hypotheses)."""
     started = time.perf_counter()
-    hypotheses = translator.translate(sources, progress=True)
+    hypotheses = (translate or (lambda s: translator.translate(s, progress=True)))(sources)
     seconds = time.perf_counter() - started
     result = dict(
         bleu_chrf(hypotheses, references),

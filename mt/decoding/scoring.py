@@ -24,8 +24,9 @@ from ..data.corpus import Pair
 from ..data.store import Split
 from ..data.tokenizer import PAD
 from ..device import autocast, precision_for
-from ..errors import ConfigError
+from ..messages import say
 from ..model import Transformer, max_length
+from .pieces import fitted_pairs, not_exact
 from .search import length_penalty
 from .translate import decode_batch_tokens
 
@@ -90,15 +91,12 @@ def score_ids(
     device: torch.device | str = "cpu",
 ) -> list[Scored]:
     """The same for token ids (without BOS and EOS). A pair longer than the model's positions
-    is refused: it cannot be scored whole."""
+    is scored on what fits of it (mt.decoding.pieces), said in one line."""
     device = torch.device(device)
     limit = max_length(model.cfg)
-    for number, (src, tgt) in enumerate(zip(src_ids, tgt_ids), start=1):
-        if max(len(src), len(tgt)) > limit:
-            raise ConfigError(
-                f"pair {number}: {max(len(src), len(tgt))} tokens on a side, more than the "
-                f"{limit} the model's positions hold (model.max_positions - 1); shorten it"
-            )
+    src_ids, tgt_ids, cut_ones = fitted_pairs(src_ids, tgt_ids, limit)
+    if cut_ones:
+        say(not_exact(cut_ones, limit))
     split = Split(list(src_ids), list(tgt_ids))
     lengths = split.src.lengths(), split.tgt.lengths()
     dtype, _ = precision_for(cfg.precision, device)

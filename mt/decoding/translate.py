@@ -1,6 +1,7 @@
-"""Translate text: sources encoded and cut to the model's positions, sorted by length, packed
-into batches of about `decode.batch_tokens` source tokens (0: as many as suit the device),
-decoded greedily or with beam search, and returned in input order."""
+"""Translate text: sources encoded (one longer than the model's positions cut into pieces that
+fit, mt.decoding.pieces), sorted by length, packed into batches of about `decode.batch_tokens`
+source tokens (0: as many as suit the device), decoded greedily or with beam search, and
+returned in input order."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..device import autocast, precision_for
 from ..errors import MachineError
 from ..messages import say
 from ..model import Transformer, max_length
+from .pieces import source_pieces
 from .search import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
 
 
@@ -33,25 +35,15 @@ def translate_nbest(
 ) -> list[list[tuple[str, float]]]:
     """Up to `cfg.nbest` (text, score) pairs per text, best first; the score is the
     length-normalised log-probability (NaN for greedy search, which does not compute it)."""
-    ids = source_ids(model, src_tokenizer, texts)
-    hypotheses = translate_ids(model, ids, cfg, device, progress)
+    pieces = source_pieces(src_tokenizer, texts, max_length(model.cfg))
+    hypotheses = translate_ids(model, pieces.ids, cfg, device, progress)
     flat = tok.decode(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
     out, start = [], 0
     for hyps in hypotheses:
         texts_ = flat[start : start + len(hyps)]
         out.append(list(zip(texts_, (h.score for h in hyps))) or [("", float("nan"))])
         start += len(hyps)
-    return out
-
-
-def source_ids(model: Transformer, tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, cut (with a warning) to what the model's positions hold."""
-    ids = tok.encode(tokenizer, texts)
-    limit = max_length(model.cfg)
-    too_long = sum(len(x) > limit for x in ids)
-    if too_long:
-        say(f"warning: {too_long} input(s) longer than {limit} tokens were truncated")
-    return [x[:limit] for x in ids]
+    return pieces.joined(out)
 
 
 CPU_BATCH_TOKENS = 4096  # decode.batch_tokens 0 (auto) on a CPU, where more is no faster
@@ -80,7 +72,7 @@ def translate_ids(
     device: torch.device | str = "cpu",
     progress: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Hypotheses (token ids and scores) for each source (ids from `source_ids`), in order.
+    """Hypotheses (token ids and scores) for each source (ids that fit the model), in order.
     A batch too big for the device's memory is halved (said once) until it fits."""
     device = torch.device(device)
     dtype, _ = precision_for(cfg.precision, device)

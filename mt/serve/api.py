@@ -1,7 +1,8 @@
 """The HTTP routes: LibreTranslate's API where it has one, so that its clients (browser
 extensions, chat bots, libretranslatepy) work unchanged, and ours.
 
-`POST /translate` with `q` (a text or a list), `source`, `target`, `alternatives`, `format`
+`POST /translate` with `q` (a text or a list: each cut into sentences and joined again with
+its spacing and line breaks, mt.text), `source`, `target`, `alternatives`, `format`
 ("text") and `api_key` (ignored), as JSON or a form, answers `translatedText` and
 `alternatives`; ours add `scores` (best first, the length-normalised log-probability; null for
 greedy search), `beam`, `model`, `step` and `seconds`. LibreTranslate's too: `GET /languages`,
@@ -133,6 +134,17 @@ class Api:
         src, tgt = info["source"], info["target"]
         return _json([language(src, [tgt]), language(tgt, [])])
 
+    async def _translate_texts(self, texts: list[str], beam: int, nbest: int) -> list:
+        """Each text's n-best, its sentences decoded in the batcher and put back in its layout
+        (mt.text), a request's worth of sentences at a time: the /translate requests that
+        come meanwhile are decoded between them."""
+        from ..text import Layouts
+
+        layouts, most, found = Layouts(texts), self.settings.max_texts, []
+        for start in range(0, len(layouts.sentences), most):
+            found += await self.service.submit(layouts.sentences[start : start + most], beam, nbest)
+        return layouts.joined(found)
+
     @endpoint
     async def translate(self, request: Any) -> Any:
         started = time.perf_counter()
@@ -143,7 +155,7 @@ class Api:
         )
         check_limits(texts, self.settings)
         request.scope["mt.texts"] = len(texts)
-        found = await self.service.submit(texts, beam, alternatives + 1)
+        found = await self._translate_texts(texts, beam, alternatives + 1)
         seconds = time.perf_counter() - started
         return _json(answer(found, single, auto, info, beam, seconds))
 
@@ -185,17 +197,13 @@ class Api:
 
     @endpoint
     async def translate_file(self, request: Any) -> Any:
-        """A .txt file translated line by line (blank lines kept); its translation is kept
-        in memory (the newest KEPT_FILES) for /download_file."""
+        """A .txt file translated line by line, each line's sentences and layout as
+        /translate's (blank lines kept); its translation is kept in memory (the newest
+        KEPT_FILES) for /download_file."""
         name, lines = await read_text_file(request, self.settings, self._info())
         request.scope["mt.texts"] = len(lines)
-        todo = [i for i, line in enumerate(lines) if line.strip()]
-        texts, most, found = [lines[i] for i in todo], self.settings.max_texts, []
-        for start in range(0, len(texts), most):  # a request's worth at a time: the
-            # /translate requests that come meanwhile are decoded between them
-            found += await self.service.submit(texts[start : start + most], self.service.beam, 1)
-        for i, hyps in zip(todo, found):
-            lines[i] = hyps[0][0]
+        found = await self._translate_texts(lines, self.service.beam, 1)
+        lines = [hyps[0][0] for hyps in found]
         stored = f"{uuid.uuid4()}.{name}"
         self.files[stored] = "".join(line + "\n" for line in lines).encode("utf-8")
         while len(self.files) > KEPT_FILES:

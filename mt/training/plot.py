@@ -206,12 +206,19 @@ def _attention(translator, sentence: str, layer: int, kind: str):
 
     from ..data import tokenizer as tok
     from ..data.tokenizer import BOS, EOS
-    from ..decoding.translate import source_ids, translate_ids
+    from ..decoding.pieces import source_pieces
+    from ..decoding.translate import translate_ids
+    from ..model import max_length
 
     model, device = translator.model, translator.device
     src_tok, tgt_tok = translator.src_tokenizer, translator.tgt_tokenizer
     # the same greedy search `translate --beam 1` runs, with the same length limits
-    ids = source_ids(model, src_tok, [sentence])
+    ids = source_pieces(src_tok, [sentence], max_length(model.cfg)).ids
+    if len(ids) > 1:  # its pieces would be translated apart: no one map to draw
+        raise ConfigError(
+            f"the sentence is longer than the {max_length(model.cfg)} tokens the model's "
+            "positions hold: its attention cannot be drawn whole; shorten it"
+        )
     greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
     tokens = translate_ids(model, ids, greedy, device=device)[0][0].tokens
     src_ids, tgt_in = [*ids[0], EOS], [BOS, *tokens]

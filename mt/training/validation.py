@@ -15,6 +15,7 @@ from ..config import Config
 from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
 from ..data.tokenizer import PAD
+from ..decoding.pieces import fitted_pairs
 from ..decoding.scoring import teacher_forced
 from ..model import Transformer, max_length
 from .loss import smoothed_loss
@@ -59,11 +60,12 @@ def validation_record(
 def validation_loss(
     model: Transformer, split: Split, max_tokens: int, epsilon: float, device: torch.device
 ) -> tuple[float, float, int]:
-    """Label-smoothed loss and NLL per target token over a whole split."""
+    """Label-smoothed loss and NLL per target token over a whole split; a pair longer than
+    the model's positions counts what fits of it, as `mt score` does (mt.decoding.pieces)."""
+    src_ids, tgt_ids, cut_ones = fitted_pairs(split.src, split.tgt, max_length(model.cfg))
+    if cut_ones:
+        split = Split(src_ids, tgt_ids)
     src_lengths, tgt_lengths = split.src.lengths(), split.tgt.lengths()
-    limit = max_length(model.cfg)
-    if max(src_lengths.max(initial=0), tgt_lengths.max(initial=0)) > limit:
-        split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, NLL, tokens: read once
 
     def sums_of(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:

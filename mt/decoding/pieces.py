@@ -1,0 +1,123 @@
+"""Inputs longer than the model's positions, one policy for every caller (mt translate, mt
+serve, validation, mt score, both engines): a source that does not fit is cut at its best
+break points into pieces that fit, each translated, and their translations joined with a
+space, so that the sentence comes back whole; a pair to score (or to take the loss of) cannot
+be cut so, and is scored on what fits of it, which is said.
+
+The best break point: after a sentence's end (. ! ?), then after ; or :, then after a comma,
+and only then a window between two words; among the equal, the one nearest an even cut.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer
+
+from ..data import tokenizer as tok
+
+# the last character of a token that ends a clause, by strength: a break after it
+BREAK_STRENGTH = {".": 4, "!": 4, "?": 4, ";": 3, ":": 3, ",": 2}
+WORD_START = 1  # a token that starts a word (byte-level "Ġ", a space): a break before it
+SHORTEST_PIECE = 1 / 3  # of the model's positions: no piece but the last is shorter
+
+
+def join_nbest(
+    parts: Sequence[Sequence[tuple[str, float]]], separators: Sequence[str]
+) -> list[tuple[str, float]]:
+    """The n-best of a text made of `parts` (each part's n-best, best first), joined with
+    `separators` (one fewer than the parts): the k-th joins each part's k-th translation
+    (its last where it has fewer), scored by the mean of their scores. The best is thus the
+    parts' best joined; an alternative changes the parts that have one."""
+    if not parts:
+        return [("", float("nan"))]
+    out = []
+    for k in range(max(len(p) for p in parts)):
+        chosen = [p[min(k, len(p) - 1)] for p in parts]
+        text = chosen[0][0] + "".join(sep + t for sep, (t, _) in zip(separators, chosen[1:]))
+        out.append((text, sum(s for _, s in chosen) / len(chosen)))
+    return out
+
+
+@dataclass
+class Pieces:
+    """Every text's pieces of token ids (a text that fits is one piece), flat and in order,
+    and how many pieces each text has."""
+
+    ids: list[list[int]]
+    counts: list[int]
+
+    def joined(self, found: Sequence[list[tuple[str, float]]]) -> list[list[tuple[str, float]]]:
+        """The n-best of each text from the n-best of each of its pieces (`found`, as `ids`):
+        pieces joined with a space."""
+        out, start = [], 0
+        for count in self.counts:
+            parts = found[start : start + count]
+            out.append(list(parts[0]) if count == 1 else join_nbest(parts, [" "] * (count - 1)))
+            start += count
+        return out
+
+
+def source_pieces(tokenizer: Tokenizer, texts: Sequence[str], limit: int) -> Pieces:
+    """The token ids of each text, cut where one is longer than `limit` (the model's
+    positions, less EOS) into pieces that fit."""
+    ids, counts = [], []
+    for text_ids in tok.encode(tokenizer, texts):
+        fits = len(text_ids) <= limit  # nearly always: no break points to look for
+        pieces = [text_ids] if fits else cut(text_ids, limit, strengths(tokenizer, text_ids))
+        ids += pieces
+        counts.append(len(pieces))
+    return Pieces(ids, counts)
+
+
+def strengths(tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:
+    """How good a break lies before each position of `ids` (0 at the start): the clause
+    punctuation that ends the token before it, else whether a word starts there."""
+    if len(ids) <= 1:
+        return [0] * len(ids)
+    tokens = [tok.decode(tokenizer, [[i]])[0] for i in ids]
+    return [0] + [
+        BREAK_STRENGTH.get(before.rstrip()[-1:], 0) or (WORD_START if after[:1].isspace() else 0)
+        for before, after in itertools.pairwise(tokens)
+    ]
+
+
+def cut(ids: Sequence[int], limit: int, strength: Sequence[int]) -> list[list[int]]:
+    """`ids` as pieces of at most `limit` tokens, cut at the best break points (`strength`
+    of a break before each position); the first pieces at least SHORTEST_PIECE of `limit`."""
+    pieces, start = [], 0
+    while len(ids) - start > limit:
+        left = len(ids) - start
+        even = left / math.ceil(left / limit)  # the piece of an even cut
+        lowest = start + max(1, int(limit * SHORTEST_PIECE))
+        end = max(
+            range(lowest, start + limit + 1),
+            key=lambda p: (strength[p], -abs(p - start - even)),
+        )
+        pieces.append(list(ids[start:end]))
+        start = end
+    return [*pieces, list(ids[start:])]
+
+
+def fitted_pairs(
+    src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], limit: int
+) -> tuple[Sequence[Sequence[int]], Sequence[Sequence[int]], list[int]]:
+    """Pairs to score whole (teacher forcing cannot join pieces): each side cut to `limit`
+    tokens, and the indices of the pairs that were, whose score is then not exact (the
+    sides as given where none was)."""
+    cut_ones = [i for i, (s, t) in enumerate(zip(src_ids, tgt_ids)) if max(len(s), len(t)) > limit]
+    if not cut_ones:
+        return src_ids, tgt_ids, []
+    return [s[:limit] for s in src_ids], [t[:limit] for t in tgt_ids], cut_ones
+
+
+def not_exact(cut_ones: Sequence[int], limit: int) -> str:
+    """The one line that says which pairs were scored on what fits of them, and why."""
+    numbers = ", ".join(str(i + 1) for i in cut_ones[:5]) + (", ..." if len(cut_ones) > 5 else "")
+    return (
+        f"warning: {len(cut_ones)} pair(s) ({numbers}) longer than the {limit} tokens the "
+        "model's positions hold on a side: scored on their first tokens, not exactly"
+    )

@@ -1,0 +1,68 @@
+"""Real text in, real text out: the layer above decoding that every caller translating what a
+person wrote goes through (mt translate, mt serve's /translate, /translate_file and page,
+either engine). Each text is cut into sentences with its layout kept (mt.text.sentences),
+every sentence of every text is decoded in one call to the Translator (its usual batches),
+and the translations are put back in the layout: the same line breaks, the same spaces
+between sentences.
+
+n-best of a text of several sentences: the k-th translation joins each sentence's k-th
+(its last where it has fewer), its score the mean of theirs; the best is the sentences'
+best. `alternatives` on the server are these, after the best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .sentences import Layout, split_sentences
+
+if TYPE_CHECKING:
+    from ..config import DecodeConfig
+    from ..decoding.engine import Translator
+
+__all__ = ["Layout", "Layouts", "split_sentences", "translate_texts", "translate_texts_nbest"]
+
+
+class Layouts:
+    """Many texts laid out at once: `sentences` is all their sentences, flat, to decode in
+    one call; `joined` puts each text's translations back in its layout."""
+
+    def __init__(self, texts: Sequence[str], split: bool = True) -> None:
+        self.layouts = [Layout.of(text, split) for text in texts]
+        self.sentences = [s for layout in self.layouts for s in layout.sentences]
+
+    def joined(self, found: Sequence[list[tuple[str, float]]]) -> list[list[tuple[str, float]]]:
+        """Each text's n-best from the n-best of every sentence (`found`, as `sentences`)."""
+        out, start = [], 0
+        for layout in self.layouts:
+            count = len(layout.sentences)
+            out.append(layout.joined(found[start : start + count]))
+            start += count
+        return out
+
+
+def translate_texts_nbest(
+    translator: Translator,
+    texts: Sequence[str],
+    decode: DecodeConfig | None = None,
+    split: bool = True,
+    progress: bool = False,
+) -> list[list[tuple[str, float]]]:
+    """Up to `decode.nbest` (translation, score) pairs of each text, best first, its layout
+    kept; `split` False: each text is one sentence (text already one sentence a line)."""
+    layouts = Layouts(texts, split)
+    return layouts.joined(translator.translate_nbest(layouts.sentences, decode, progress))
+
+
+def translate_texts(
+    translator: Translator,
+    texts: list[str],
+    decode: DecodeConfig | None = None,
+    split: bool = True,
+    progress: bool = False,
+) -> list[str]:
+    """The best translation of each text, its layout kept (see translate_texts_nbest)."""
+    return [
+        hyps[0][0] for hyps in translate_texts_nbest(translator, texts, decode, split, progress)
+    ]

@@ -1,0 +1,142 @@
+"""The text layer (mt.text): texts cut into sentences with their layout kept exactly, every
+sentence decoded in one call, translations put back in the layout; and the one policy for
+inputs longer than the model's positions (mt.decoding.pieces), without a model."""
+
+from __future__ import annotations
+
+import math
+from itertools import chain
+
+import pytest
+
+from mt.decoding.pieces import cut, fitted_pairs, join_nbest, not_exact
+from mt.text import Layout, Layouts, split_sentences, translate_texts, translate_texts_nbest
+
+TEXTS = [
+    "Hello.",
+    "",
+    "   ",
+    "My little brother is watching TV. He is bankrupt. This machine is worthless.",
+    "  Two spaces.  Then two more.\tA tab!  Trailing spaces.   ",
+    "First line. Second sentence.\n\nA new paragraph? Yes.\r\nWindows line.\rOld Mac.",
+    "Mr. Smith went to Washington, e.g. by train. Dr. Jones stayed home.",
+    "No final punctuation here",
+    "Unicode line\u2028separator. ¿Qué? 😀 日本.",
+    "\n\nStarts with blank lines.\n",
+]
+
+
+class FakeTranslator:
+    """A Translator that wraps each sentence in brackets (n-best: <s>, [s], {s}) and records
+    every call it gets."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def translate_nbest(self, texts, decode=None, progress=False):
+        self.calls.append(list(texts))
+        nbest = decode.nbest if decode else 1
+        forms = [("<{}>", -1.0), ("[{}]", -2.0), ("{{{}}}", -3.0)][:nbest]
+        return [[(form.format(t), score - len(t)) for form, score in forms] for t in texts]
+
+
+class Decode:
+    def __init__(self, nbest: int) -> None:
+        self.nbest = nbest
+
+
+def rebuilt(layout: Layout, sentences: list[str]) -> str:
+    return "".join(g + s for g, s in zip(layout.gaps, [*sentences, ""]))
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_a_layout_is_the_text_exactly(text):
+    layout = Layout.of(text)
+    assert len(layout.gaps) == len(layout.sentences) + 1
+    assert rebuilt(layout, layout.sentences) == text
+    for sentence in layout.sentences:  # no sentence holds a line break or an outer space
+        assert sentence == sentence.strip() and sentence.splitlines() == [sentence]
+    assert Layout.of(text, split=False).sentences == [text]
+
+
+def test_sentences_are_found_and_abbreviations_kept():
+    assert Layout.of(TEXTS[3]).sentences == [
+        "My little brother is watching TV.",
+        "He is bankrupt.",
+        "This machine is worthless.",
+    ]
+    assert Layout.of(TEXTS[6]).sentences == [
+        "Mr. Smith went to Washington, e.g. by train.",
+        "Dr. Jones stayed home.",
+    ]
+    assert Layout.of("Give it to me. Hold my calls.").sentences == [
+        "Give it to me.",
+        "Hold my calls.",
+    ]
+    assert Layout.of(TEXTS[5]).gaps == ["", " ", "\n\n", " ", "\r\n", "\r", ""]
+    assert split_sentences("   ") == [] and Layout.of("   ").gaps == ["   "]
+
+
+def test_every_sentence_is_decoded_in_one_call_and_put_back_in_its_layout():
+    translator = FakeTranslator()
+    out = translate_texts(translator, TEXTS)
+    layouts = [Layout.of(t) for t in TEXTS]
+    assert translator.calls == [[s for layout in layouts for s in layout.sentences]]
+    assert out == [rebuilt(lay, [f"<{s}>" for s in lay.sentences]) for lay in layouts]
+    assert out[1:3] == ["", "   "]  # empty and blank texts come back as they are
+    assert out[5] == "<First line.> <Second sentence.>\n\n<A new paragraph?> <Yes.>\r\n" + (
+        "<Windows line.>\r<Old Mac.>"
+    )
+
+    translator = FakeTranslator()  # not split: each text whole, as the model read them before
+    assert translate_texts(translator, TEXTS, split=False) == [f"<{t}>" for t in TEXTS]
+    assert translator.calls == [TEXTS]
+
+
+def test_nbest_of_a_text_joins_each_sentences_kth():
+    found = translate_texts_nbest(FakeTranslator(), [" A b. C d. ", ""], Decode(3))
+    assert [text for text, _ in found[0]] == [
+        " <A b.> <C d.> ",
+        " [A b.] [C d.] ",
+        " {A b.} {C d.} ",
+    ]
+    assert [score for _, score in found[0]] == [-5.0, -6.0, -7.0]  # the mean of the two
+    assert found[1][0][0] == "" and math.isnan(found[1][0][1])
+    # parts with fewer hypotheses give their last
+    joined = join_nbest([[("a", -1.0)], [("b", -1.0), ("c", -3.0)]], ["|"])
+    assert joined == [("a|b", -1.0), ("a|c", -2.0)]
+
+
+def test_layouts_of_many_texts_split_their_sentences_back():
+    layouts = Layouts(["One. Two.", "", "Three."])
+    assert layouts.sentences == ["One.", "Two.", "Three."]
+    found = [[(s.upper(), 0.0)] for s in layouts.sentences]
+    assert [x[0][0] for x in layouts.joined(found)] == ["ONE. TWO.", "", "THREE."]
+
+
+def test_a_long_input_is_cut_at_its_best_breaks_into_pieces_that_fit():
+    ids = list(range(20))
+    # a sentence end before 9, a comma before 5 and 14, word starts every other token
+    strength = [0 if i % 2 else 1 for i in range(20)]
+    strength[0], strength[5], strength[9], strength[14] = 0, 2, 4, 2
+    pieces = cut(ids, 10, strength)
+    assert [p[0] for p in pieces] == [0, 9, 14] and list(chain(*pieces)) == ids
+    assert cut(ids, 20, strength) == [ids]
+    # no punctuation: a window between words, near an even cut
+    words = [0 if i % 2 else 1 for i in range(20)]
+    words[0] = 0
+    pieces = cut(ids, 8, words)
+    assert all(len(p) <= 8 for p in pieces) and list(chain(*pieces)) == ids
+    assert all(words[p[0]] for p in pieces[1:])
+    # no break at all: windows all the same
+    pieces = cut(ids, 7, [0] * 20)
+    assert all(len(p) <= 7 for p in pieces) and list(chain(*pieces)) == ids
+
+
+def test_pairs_too_long_to_score_are_cut_and_named():
+    src, tgt = [[1] * 3, [1] * 9, [1] * 2], [[1] * 2, [1] * 2, [1] * 8]
+    assert fitted_pairs(src, tgt, 9) == (src, tgt, [])
+    cut_src, cut_tgt, cut_ones = fitted_pairs(src, tgt, 5)
+    assert cut_ones == [1, 2] and max(map(len, cut_src + cut_tgt)) == 5
+    line = not_exact(cut_ones, 5)
+    assert "2 pair(s) (2, 3)" in line and "not exactly" in line and "\n" not in line
