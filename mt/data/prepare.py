@@ -186,6 +186,7 @@ def _build(
 ) -> tuple[dict[str, Any], tuple[Tokenizer, Tokenizer]]:
     """Write the store into `folder`; its description (meta.json) and the tokenizers."""
     data, seed = config.data, config.run.seed
+    language.filter_languages(data)  # before any work: a language it does not know is refused
     found = corpora(data)
     train = found.pop("train")
     watched = {f: _file_id(f) for c in [*train, *itertools.chain(*found.values())] for f in c.files}
