@@ -5,8 +5,9 @@ extensions, chat bots, libretranslatepy) work unchanged, and ours.
 ("text") and `api_key` (ignored), as JSON or a form, answers `translatedText` and
 `alternatives`; ours add `scores` (best first, the length-normalised log-probability; null for
 greedy search), `beam`, `model`, `step` and `seconds`. With `source: auto` each text's language
-is identified (mt.data.language) and said in `detectedLanguage`: a text found to be in the
-model's target language is returned as it is (its score null, no alternatives). LibreTranslate's
+is identified (mt.data.language) and `detectedLanguage` says what the text was taken to be: a
+text identified as the model's target language with 80% confidence or more is returned as it
+is (its score null, no alternatives), any other is translated as the source. LibreTranslate's
 too: `GET /languages`, `POST /detect` (each text's language, one of the model's two, with a
 confidence of 0 to 100), `GET /frontend/settings`, `POST
 /translate_file` (a .txt file, one text a line; its translation downloaded from
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..data.language import identifier
+from ..data.language import CONFIDENT, identifier
 from ..errors import MtError
 from .batcher import BadRequest, Service
 from .requests import (
@@ -52,10 +53,10 @@ def _score(value: float) -> float | None:
 
 
 def answer(
-    found: list, single: bool, detected: list | None, info: dict, beam: int, seconds: float
+    found: list, single: bool, taken: list | None, info: dict, beam: int, seconds: float
 ) -> dict:
-    """LibreTranslate's answer (translatedText, alternatives, and detectedLanguage: the best of
-    each text's `detected` languages, given source auto) and ours."""
+    """LibreTranslate's answer (translatedText, alternatives, and detectedLanguage: the
+    language each text was `taken_as`, given source auto) and ours."""
     best = [hyps[0][0] for hyps in found]
     alternatives = [[text for text, _ in hyps[1:]] for hyps in found]
     scores = [[_score(s) for _, s in hyps] for hyps in found]
@@ -63,9 +64,8 @@ def answer(
         "translatedText": best[0] if single else best,
         "alternatives": alternatives[0] if single else alternatives,
     }
-    if detected is not None:
-        languages = [candidates[0] for candidates in detected]
-        out["detectedLanguage"] = languages[0] if single else languages
+    if taken is not None:
+        out["detectedLanguage"] = taken[0] if single else taken
     out.update(
         scores=scores[0] if single else scores,
         beam=beam,
@@ -153,20 +153,16 @@ class Api:
         )
         check_limits(texts, self.settings)
         request.scope["mt.texts"] = len(texts)
-        detected = await self._identify(texts, info) if auto else None
+        taken = [taken_as(c, info) for c in await self._identify(texts, info)] if auto else None
         # a text already in the target language is returned as it is, unscored
         found = [[(text, math.nan)] for text in texts]
-        todo = [
-            i
-            for i in range(len(texts))
-            if not detected or detected[i][0]["language"] != info["target"]
-        ]
+        todo = [i for i in range(len(texts)) if not taken or taken[i]["language"] != info["target"]]
         if todo:
             decoded = await self.service.submit([texts[i] for i in todo], beam, alternatives + 1)
             for i, hyps in zip(todo, decoded):
                 found[i] = hyps
         seconds = time.perf_counter() - started
-        return _json(answer(found, single, detected, info, beam, seconds))
+        return _json(answer(found, single, taken, info, beam, seconds))
 
     @endpoint
     async def detect(self, request: Any) -> Any:
@@ -253,6 +249,16 @@ class Api:
         disposition = f"attachment; filename*=UTF-8''{quote(name)}"
         headers = {"Content-Disposition": disposition}
         return Response(self.files[stored], media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def taken_as(candidates: list[dict[str, Any]], info: dict) -> dict[str, Any]:
+    """The language a text sent with source auto is taken to be in, of its `candidates` (best
+    first): the model's target language (the text is returned as it is) when identified as it
+    with CONFIDENT confidence or more; else the source language, whose confidence may be low."""
+    best = candidates[0]
+    if best["language"] == info["target"] and best["confidence"] >= 100 * CONFIDENT:
+        return best
+    return next(c for c in candidates if c["language"] == info["source"])
 
 
 def language(code: str, targets: list[str]) -> dict[str, Any]:
