@@ -63,6 +63,9 @@ class DataConfig:
     max_ratio: float = 3.0  # drop training pairs whose token-length ratio exceeds this
     workers: int = 0  # processes that normalise and encode in mt prepare; 0: one per core
     streaming: bool = False  # source hub: read through datasets' streaming, no full download
+    # drop training pairs whose target copies the source, or with a side identified as the
+    # other language (src_lang <-> tgt_lang) with high confidence (mt.data.language)
+    filter_language: bool = False
 
 
 def longest_sequence(data: DataConfig) -> int:

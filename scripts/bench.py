@@ -18,6 +18,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
   serve    mt serve under 64 concurrent clients for 60 s against mt translate in one batch
   text     paragraphs of 4 Tatoeba test sentences against the sentences one a line: BLEU and
            time (scripts/bench_text.py), and the sentence splitters (scripts/bench_splitter.py)
+  langid   language identifiers on Tatoeba and FLORES (those installed), and
+           data.filter_language on a corrupted Tatoeba train file (scripts/bench_langid.py)
 
     python scripts/bench.py --data ../shared/data [--only speed,decode] [--minutes 20]
 """
@@ -38,6 +40,7 @@ import time
 from pathlib import Path
 
 import yaml
+from bench_langid import render as render_langid
 from bench_prepare import render as render_scale
 from bench_prepare import run as run_scale
 from bench_serve import render as render_serve
@@ -292,6 +295,11 @@ def step_export(data: Path, results: dict) -> None:
         ]
     )
     results["export"] = last_json(out)
+
+
+def step_langid(data: Path, results: dict) -> None:
+    out, _ = run([PY, "scripts/bench_langid.py", "--data", str(data)])
+    results["langid"] = last_json(out)
 
 
 def step_serve(data: Path, results: dict) -> None:
@@ -577,6 +585,8 @@ def render(results: dict) -> str:
         lines += render_text(results["text"])
     if "splitter" in results:
         lines += ["## Sentence splitters", "", render_splitter(results["splitter"]["rows"]), ""]
+    if "langid" in results:
+        lines += render_langid(results["langid"])
     lines += peer_comparison(results)
     lines += render_gpu()
     return "\n".join(lines).rstrip() + "\n"
@@ -701,7 +711,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
-        "--only", default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve"
+        "--only",
+        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid",
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -721,6 +732,7 @@ def main() -> None:
         "export": lambda: step_export(data, results),
         "serve": lambda: step_serve(data, results),
         "text": lambda: step_text(data, results),
+        "langid": lambda: step_langid(data, results),
     }
     for name in filter(None, args.only.split(",")):  # --only "" re-renders the page
         steps[name]()

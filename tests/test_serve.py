@@ -35,6 +35,8 @@ from mt.text import translate_texts_nbest
 from mt.training.trainer import train
 
 SENTENCES = ["Hello.", "I love you.", "Where is the station?", "The coffee is hot.", "Let's go!"]
+SPANISH = "¿Dónde está la estación de tren más cercana?"
+ENGLISH = "Where is the nearest train station?"
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +126,7 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
     beam = service.beam
     assert answer["translatedText"] == [h[0][0] for h in expected(service, SENTENCES, beam, 1)]
     assert answer["alternatives"] == [[]] * len(SENTENCES)
-    assert answer["detectedLanguage"] == [{"language": "en", "confidence": 100}] * 5
+    assert [found["language"] for found in answer["detectedLanguage"]] == ["en"] * 5
 
     # libretranslatepy posts a form; greedy search has no score
     form = b"q=Hello.&source=en&target=es&api_key=&beam=1"
@@ -216,14 +218,18 @@ def test_libretranslate_clients_drive_it(server, tmp_path):
         assert client.translate("Hello.", "en", "es").translated_text == want[0][0][0]
         many = client.translate(SENTENCES, "auto", "es")
         assert many.translated_text == [hyps[0][0] for hyps in want]
-        assert many.detected_language == [DetectedLanguage(100, "en")] * len(SENTENCES)
+        assert all(isinstance(found, DetectedLanguage) for found in many.detected_language)
+        assert [found.language for found in many.detected_language] == ["en"] * len(SENTENCES)
         (three,) = expected(service, ["Hello."], 3, 3)  # the beam grows to fit
         other = client.translate("Hello.", "en", "es", alternatives=2)
         assert (other.translated_text, other.alternatives) == (
             three[0][0],
             [text for text, _ in three[1:]],
         )
-        assert client.detect("Where is the station?") == [Detection(100.0, "en")]
+        english, spanish = client.detect("Where is the station?")
+        assert (english, spanish.language) == (Detection(english.confidence, "en"), "es")
+        assert english.confidence > 99
+        assert client.detect(SPANISH)[0].language == "es"
 
         settings = client.frontend_settings()
         assert (settings.char_limit, settings.supported_files_format) == (1000, [".txt"])
@@ -248,7 +254,7 @@ def test_libretranslate_clients_drive_it(server, tmp_path):
     # libretranslatepy, the client of chat bots and scripts: a form for each call
     lt_py = pytest.importorskip("libretranslatepy").LibreTranslateAPI(f"http://{address}")
     assert lt_py.translate("Hello.", "en", "es") == want[0][0][0]
-    assert lt_py.detect("Hello.") == [{"confidence": 100.0, "language": "en"}]
+    assert [found["language"] for found in lt_py.detect(SPANISH)] == ["es", "en"]
     assert [x["code"] for x in lt_py.languages()] == ["en", "es"]
 
 
@@ -308,16 +314,58 @@ def test_translate_file_refuses_what_it_cannot_translate(
     assert (got, answer["error"][: len(message)]) == (status, message)
 
 
-def test_detect_and_download_refusals(server):
+def test_detect_identifies_each_text_among_the_models_languages(server):
     address, _ = server
-    assert call(address, "/detect", {"text": "Hello."})[:2] == (
-        400,
-        {"error": "Invalid request: missing q parameter"},
-    )
-    assert (
-        call(address, "/detect", {"q": ["Hi.", "Bye."]})[1]
-        == [[{"confidence": 100.0, "language": "en"}]] * 2
-    )
+    status, answer, _ = call(address, "/detect", {"q": SPANISH})
+    assert status == 200
+    assert [found["language"] for found in answer] == ["es", "en"]  # candidates, best first
+    assert answer[0]["confidence"] > 90
+    assert sum(found["confidence"] for found in answer) == pytest.approx(100, abs=0.02)
+    status, answer, _ = call(address, "/detect", b"q=" + ENGLISH.encode(), FORM_TYPE)
+    assert (status, answer[0]["language"]) == (200, "en")
+    _, answer, _ = call(address, "/detect", {"q": [ENGLISH, SPANISH], "api_key": ""})
+    assert [found[0]["language"] for found in answer] == ["en", "es"]
+    # mixed: the language most of the text is in, its confidence the share
+    mixed = f"{ENGLISH}\nMe gustan mucho los gatos negros y los perros pequeños de mi vecino."
+    ((best, other),) = call(address, "/detect", {"q": [mixed]})[1]
+    assert (best["language"], other["language"]) == ("es", "en")
+    assert 55 < best["confidence"] < 80
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"text": "Hello."}, 400, "unknown field 'text' (known: q, api_key)"),
+        ({}, 400, "q: missing"),
+        ({"q": ""}, 400, "q: empty text"),
+        ({"q": ["Hello.", " \n "]}, 400, "q[1]: empty text"),
+        ({"q": []}, 400, "q: empty list"),
+        ({"q": {"a": 1}}, 400, "q: expected a string or a list of strings, got an object"),
+        ({"q": "a" * 1001}, 413, "q[0]: 1001 characters, at most 1000"),
+    ],
+)
+def test_detect_refuses_what_it_cannot_identify(server, body, status, message):
+    got, answer, _ = call(server[0], "/detect", body)
+    assert (got, answer) == (status, {"error": answer["error"]})
+    assert answer["error"].startswith(message)
+
+
+def test_source_auto_returns_a_text_already_in_the_target_language_as_it_is(server):
+    address, service = server
+    _, answer, _ = call(address, "/translate", {"q": [SPANISH, "Hello."], "source": "auto"})
+    hello = expected(service, ["Hello."], service.beam, 1)[0][0][0]
+    assert answer["translatedText"] == [SPANISH, hello]
+    assert [found["language"] for found in answer["detectedLanguage"]] == ["es", "en"]
+    assert (answer["alternatives"], answer["scores"][0]) == ([[], []], [None])
+    _, answer, _ = call(address, "/translate", {"q": SPANISH, "source": "auto", "beam": 2})
+    assert (answer["translatedText"], answer["detectedLanguage"]["language"]) == (SPANISH, "es")
+    # named, the source is not questioned
+    _, answer, _ = call(address, "/translate", {"q": SPANISH, "source": "en", "beam": 1})
+    assert answer["translatedText"] == expected(service, [SPANISH], 1, 1)[0][0][0]
+
+
+def test_download_refusals(server):
+    address, _ = server
     status, answer, _ = call(address, "/download_file/nothing.txt")
     assert (status, answer["error"]) == (404, "nothing.txt: no such file (or no longer kept)")
 

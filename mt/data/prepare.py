@@ -43,6 +43,7 @@ from ..run_folder import (
     held_out_text,
     tokenizer_files,
 )
+from . import language
 from . import tokenizer as tok
 from .corpus import (
     SPLITS,
@@ -91,7 +92,12 @@ def fingerprint(config: Config) -> str:
     inputs: dict[str, Any] = {
         "version": CACHE_VERSION,
         "seed": config.run.seed,
-        "data": {k: v for k, v in dataclasses.asdict(data).items() if k != "workers"},
+        # filter_language off hashes as it did before the key existed
+        "data": {
+            k: v
+            for k, v in dataclasses.asdict(data).items()
+            if k != "workers" and (k, v) != ("filter_language", False)
+        },
         # dropout does not shape the cache; bpe hashes as it did before tokenizer.model existed
         "tokenizer": {
             k: v
@@ -188,6 +194,7 @@ def _build(
 ) -> tuple[dict[str, Any], tuple[Tokenizer, Tokenizer]]:
     """Write the store into `folder`; its description (meta.json) and the tokenizers."""
     data, seed = config.data, config.run.seed
+    language.filter_languages(data)  # before any work: a language it does not know is refused
     found = corpora(data)
     train = found.pop("train")
     watched = {f: _file_id(f) for c in [*train, *itertools.chain(*found.values())] for f in c.files}
@@ -272,20 +279,23 @@ def _encode(
     folder: Path,
     drops: dict[str, int],
 ) -> tuple[dict[str, Any], list[list[Any]], dict[str, list[Pair]]]:
-    """Pass 3, in `data.workers` processes: train encoded into the store, filtered by length
-    and ratio; its layout, each corpus's (pairs, weight), and the held-out pairs cut."""
+    """Pass 3, in `data.workers` processes: train encoded into the store, filtered by
+    language (data.filter_language), length and ratio; its layout, each corpus's (pairs,
+    weight), and the held-out pairs cut."""
     writer = SplitWriter(folder, "train", _store_dtype(tokenizers))
     held: dict[str, list[Pair]] = {name: [] for name in HELD_OUT}
     sizes = [[0, corpus.weight] for corpus in train]
     meter = Meter("encode", len(codes))
-    drops.update(too_long=0, ratio=0)
-    limits = data.max_length, data.max_ratio
+    languages = language.filter_languages(data)
+    counted = (("language", "copy") if languages else ()) + ("too_long", "ratio")
+    drops.update(dict.fromkeys(counted, 0))
+    limits = data.max_length, data.max_ratio, languages
     with workers(data.workers, tokenizers) as run:
         work = ((chunk, part, *limits, i) for i, chunk, part in _coded(train, codes, raw))
         for out in run(_encode_chunk, work):
             writer.append(out["train"])
             sizes[out["corpus"]][0] += len(out["train"]["src"][1])
-            for key in ("too_long", "ratio"):
+            for key in counted:
                 drops[key] += out[key]
             for name in HELD_OUT:
                 held[name] += out[name]
@@ -322,15 +332,26 @@ def _check_unchanged(watched: dict[str, list[Any]]) -> None:
 
 
 def _encode_chunk(
-    chunk: Chunk, codes: np.ndarray, max_length: int, max_ratio: float, corpus: int
+    chunk: Chunk,
+    codes: np.ndarray,
+    max_length: int,
+    max_ratio: float,
+    languages: tuple[str, str] | None,
+    corpus: int,
 ) -> dict[str, Any]:
-    """A chunk's training pairs encoded (flat ids and lengths a side), filtered by length and
-    ratio; its held-out pairs as text."""
+    """A chunk's training pairs filtered by language (given `languages`), encoded (flat ids
+    and lengths a side), filtered by length and ratio; its held-out pairs as text."""
     picked = {code: np.flatnonzero(codes == code).tolist() for code in (VALID, TEST)}
     train = np.flatnonzero((codes == TRAIN) | (codes == SAMPLED)).tolist()
     texts = [[normalize(side[i]) for i in train] for side in chunk]
-    sides = [_flat(tok.encode(t, side)) for t, side in zip(worker_tokenizers(), texts)]
     drops: dict[str, int] = {}
+    if languages:
+        verdict = language.filter_pairs(*texts, languages)
+        drops["language"] = int(np.count_nonzero(verdict == language.WRONG_LANGUAGE))
+        drops["copy"] = int(np.count_nonzero(verdict == language.COPY))
+        kept = (verdict == language.KEPT).tolist()
+        texts = [[text for text, keep in zip(side, kept) if keep] for side in texts]
+    sides = [_flat(tok.encode(t, side)) for t, side in zip(worker_tokenizers(), texts)]
     keep = np.flatnonzero(_length_filter(sides[0][1], sides[1][1], max_length, max_ratio, drops))
     out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops, "train": {}}
     for name, (flat, lengths) in zip(("src", "tgt"), sides):

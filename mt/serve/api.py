@@ -5,8 +5,12 @@ extensions, chat bots, libretranslatepy) work unchanged, and ours.
 its spacing and line breaks, mt.text), `source`, `target`, `alternatives`, `format`
 ("text") and `api_key` (ignored), as JSON or a form, answers `translatedText` and
 `alternatives`; ours add `scores` (best first, the length-normalised log-probability; null for
-greedy search), `beam`, `model`, `step` and `seconds`. LibreTranslate's too: `GET /languages`,
-`POST /detect` (the model's source language, certain), `GET /frontend/settings`, `POST
+greedy search), `beam`, `model`, `step` and `seconds`. With `source: auto` each text's language
+is identified (mt.data.language) and `detectedLanguage` says what the text was taken to be: a
+text identified as the model's target language with 80% confidence or more is returned as it
+is (its score null, no alternatives), any other is translated as the source. LibreTranslate's
+too: `GET /languages`, `POST /detect` (each text's language, one of the model's two, with a
+confidence of 0 to 100), `GET /frontend/settings`, `POST
 /translate_file` (a .txt file, one text a line; its translation downloaded from
 `/download_file/...`) and `POST /suggest` (off: 403). Ours: `GET /` the web page, `GET
 /health` says whether the model is ready, `GET /info` what it is. Errors are `{"error": "..."}`
@@ -25,11 +29,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ..data.language import CONFIDENT, identifier
+from ..errors import MtError
 from .batcher import BadRequest, Service
 from .requests import (
+    DETECT_FIELDS,
     FILE_FORMATS,
     check_limits,
     parse_request,
+    parse_texts,
     read_body,
     read_fields,
     read_text_file,
@@ -45,8 +53,11 @@ def _score(value: float) -> float | None:
     return None if math.isnan(value) else round(value, 4)
 
 
-def answer(found: list, single: bool, auto: bool, info: dict, beam: int, seconds: float) -> dict:
-    """LibreTranslate's answer (translatedText, alternatives, detectedLanguage) and ours."""
+def answer(
+    found: list, single: bool, taken: list | None, info: dict, beam: int, seconds: float
+) -> dict:
+    """LibreTranslate's answer (translatedText, alternatives, and detectedLanguage: the
+    language each text was `taken_as`, given source auto) and ours."""
     best = [hyps[0][0] for hyps in found]
     alternatives = [[text for text, _ in hyps[1:]] for hyps in found]
     scores = [[_score(s) for _, s in hyps] for hyps in found]
@@ -54,9 +65,8 @@ def answer(found: list, single: bool, auto: bool, info: dict, beam: int, seconds
         "translatedText": best[0] if single else best,
         "alternatives": alternatives[0] if single else alternatives,
     }
-    if auto:  # one source language: what LibreTranslate says when it is sure
-        detected = {"language": info["source"], "confidence": 100}
-        out["detectedLanguage"] = detected if single else [detected] * len(found)
+    if taken is not None:
+        out["detectedLanguage"] = taken[0] if single else taken
     out.update(
         scores=scores[0] if single else scores,
         beam=beam,
@@ -155,20 +165,45 @@ class Api:
         )
         check_limits(texts, self.settings)
         request.scope["mt.texts"] = len(texts)
-        found = await self._translate_texts(texts, beam, alternatives + 1)
+        taken = [taken_as(c, info) for c in await self._identify(texts, info)] if auto else None
+        # a text already in the target language is returned as it is, unscored
+        found = [[(text, math.nan)] for text in texts]
+        todo = [i for i in range(len(texts)) if not taken or taken[i]["language"] != info["target"]]
+        if todo:
+            decoded = await self._translate_texts([texts[i] for i in todo], beam, alternatives + 1)
+            for i, hyps in zip(todo, decoded):
+                found[i] = hyps
         seconds = time.perf_counter() - started
-        return _json(answer(found, single, auto, info, beam, seconds))
+        return _json(answer(found, single, taken, info, beam, seconds))
 
     @endpoint
     async def detect(self, request: Any) -> Any:
-        """The model's source language, certain: LibreTranslate's list of candidates (one), a
-        list of them per text for a list."""
+        """Each text's language: LibreTranslate's list of candidates, best first (the model's
+        two languages, confidences 0 to 100), a list of them per text for a list."""
         fields, _ = await read_fields(request, self.settings)
-        q = fields.get("q")
-        if not q or not isinstance(q, (str, list)):
-            raise BadRequest(400, "Invalid request: missing q parameter")
-        found = [{"confidence": 100.0, "language": self._info()["source"]}]
-        return _json(found if isinstance(q, str) else [found] * len(q))
+        texts, single = parse_texts(fields, DETECT_FIELDS)
+        check_limits(texts, self.settings)
+        found = await self._identify(texts, self._info())
+        return _json(found[0] if single else found)
+
+    async def _identify(self, texts: list[str], info: dict) -> list[list[dict[str, Any]]]:
+        """Each text's candidate languages, best first, identified in a thread (the first
+        call loads the identifier's model): a text is identified as a whole, so a text of
+        two languages gets the one most of it is in. A tie (nothing to go by: a name, a
+        number) goes to the source language."""
+        from starlette.concurrency import run_in_threadpool
+
+        def rank() -> list[list[dict[str, Any]]]:
+            ident = identifier((info["source"], info["target"]))
+            return [
+                [{"language": code, "confidence": round(100 * c, 2)} for code, c in ident.rank(t)]
+                for t in texts
+            ]
+
+        try:
+            return await run_in_threadpool(rank)
+        except MtError as e:  # py3langid missing, or a language it does not know
+            raise BadRequest(501, f"language identification: {e}") from None
 
     @endpoint
     async def frontend_settings(self, request: Any) -> Any:
@@ -222,6 +257,16 @@ class Api:
         disposition = f"attachment; filename*=UTF-8''{quote(name)}"
         headers = {"Content-Disposition": disposition}
         return Response(self.files[stored], media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def taken_as(candidates: list[dict[str, Any]], info: dict) -> dict[str, Any]:
+    """The language a text sent with source auto is taken to be in, of its `candidates` (best
+    first): the model's target language (the text is returned as it is) when identified as it
+    with CONFIDENT confidence or more; else the source language, whose confidence may be low."""
+    best = candidates[0]
+    if best["language"] == info["target"] and best["confidence"] >= 100 * CONFIDENT:
+        return best
+    return next(c for c in candidates if c["language"] == info["source"])
 
 
 def language(code: str, targets: list[str]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ MAX_BEAM = 16
 DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this, so that the
 # client reads our 413 rather than a connection reset
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam")
+DETECT_FIELDS = ("q", "api_key")
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
 FILE_FORMATS = (".txt",)  # /translate_file: one text a line
@@ -26,11 +27,25 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
     """A /translate request's fields -> (texts, one text or a list, beam, alternatives, auto),
     or BadRequest naming the culprit. `beam` is the model's default; a form's values are
     strings, JSON's are typed. Limits are checked by `check_limits`."""
-    unknown = sorted(set(fields) - set(FIELDS))
+    texts, single = parse_texts(fields, FIELDS)
+    check_languages(fields, source, target)
+    if fields.get("format", "text") != "text":
+        raise BadRequest(400, f"format: {fields['format']!r} is not served (only 'text')")
+    alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
+    beam = _integer(fields, "beam", max(beam, alternatives + 1), 1, MAX_BEAM, form)
+    if not beam_holds(alternatives + 1, beam):
+        raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
+    return texts, single, beam, alternatives, fields.get("source") == "auto"
+
+
+def parse_texts(fields: dict[str, Any], known: tuple[str, ...]) -> tuple[list[str], bool]:
+    """The texts of a /translate or /detect request (`known`: its fields) and whether `q` was
+    one text rather than a list; BadRequest for a field not known, or no text to read."""
+    unknown = sorted(set(fields) - set(known))
     if unknown:
-        raise BadRequest(400, f"unknown field '{unknown[0]}' (known: {', '.join(FIELDS)})")
+        raise BadRequest(400, f"unknown field '{unknown[0]}' (known: {', '.join(known)})")
     if "q" not in fields:
-        raise BadRequest(400, "q: missing (the text to translate, or a list of texts)")
+        raise BadRequest(400, "q: missing (a text, or a list of texts)")
     q = fields["q"]
     single = isinstance(q, str)
     texts = [q] if single else q
@@ -41,14 +56,7 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
     for i, text in enumerate(texts):
         if not text.strip():
             raise BadRequest(400, f"q{'' if single else f'[{i}]'}: empty text")
-    check_languages(fields, source, target)
-    if fields.get("format", "text") != "text":
-        raise BadRequest(400, f"format: {fields['format']!r} is not served (only 'text')")
-    alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
-    beam = _integer(fields, "beam", max(beam, alternatives + 1), 1, MAX_BEAM, form)
-    if not beam_holds(alternatives + 1, beam):
-        raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
-    return texts, single, beam, alternatives, fields.get("source") == "auto"
+    return texts, single
 
 
 def check_languages(fields: dict[str, Any], source: str, target: str) -> None:
