@@ -107,7 +107,7 @@ def cut(block: Block, translation: str, hints: dict[int, str]) -> list[str]:
             if i + 1 < n:  # the last piece ends where the translation does
                 cuts[i + 1] = cursor
     weights = [0 if i in block.kept else len(" ".join(p.split())) for i, p in enumerate(pieces)]
-    inside = [j > 0 and _joined(pieces[j - 1], pieces[j]) for j in range(n + 1)]
+    inside = [0 < j < n and _joined(pieces[j - 1], pieces[j]) for j in range(n + 1)]
     _fill(cuts, weights, inside, translation)
     out = []
     for i, piece in enumerate(pieces):
