@@ -21,6 +21,7 @@ LAYERS = [
     {"mt.data"},
     {"mt.model", "mt.checkpoint"},
     {"mt.decoding"},
+    {"mt.formats"},
     {"mt.training"},
     {"mt.converters", "mt.serve"},
     {"mt.cli", "mt.__main__"},

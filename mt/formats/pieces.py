@@ -92,15 +92,17 @@ def cut(block: Block, translation: str, hints: dict[int, str]) -> list[str]:
     edges; kept pieces as they were."""
     pieces, n = block.pieces, len(block.pieces)
     cuts: list[int | None] = [0, *([None] * (n - 1)), len(translation)]
-    cursor = 0
+    cursor, anchored = 0, set()
     for i, piece in enumerate(pieces):
         anchor = piece.strip() if i in block.kept else hints.get(i, "").strip()
         anchor = anchor if i in block.kept else anchor.rstrip(END_PUNCTUATION)
         if not anchor:
             continue
-        pattern = rf"(?<!\w){re.escape(anchor)}(?!\w)"
+        # the punctuation after a piece's words goes with them
+        pattern = rf"(?<!\w){re.escape(anchor)}(?!\w)[{re.escape(END_PUNCTUATION)}]*"
         match = re.compile(pattern, re.IGNORECASE).search(translation, cursor)
         if match:
+            anchored.add(i)
             if cuts[i] is None or cuts[i] < cursor:
                 cuts[i] = match.start()
             cursor = match.end()
@@ -109,6 +111,11 @@ def cut(block: Block, translation: str, hints: dict[int, str]) -> list[str]:
     weights = [0 if i in block.kept else len(" ".join(p.split())) for i, p in enumerate(pieces)]
     inside = [0 < j < n and _joined(pieces[j - 1], pieces[j]) for j in range(n + 1)]
     _fill(cuts, weights, inside, translation)
+    for i in sorted(block.kept - anchored):  # what fell to a kept piece goes to its neighbour
+        if i + 1 < n:
+            cuts[i + 1] = cuts[i]
+        else:
+            cuts[i] = cuts[i + 1]
     out = []
     for i, piece in enumerate(pieces):
         if i in block.kept:
