@@ -77,9 +77,7 @@ def read_document(name: str, data: bytes) -> Document:
     naming it: a format not supported, a broken file, a file with no text."""
     suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
     if suffix not in READERS:
-        raise DocumentError(
-            f"{name}: file format not supported (only {', '.join(FILE_FORMATS)})"
-        )
+        raise DocumentError(f"{name}: file format not supported (only {', '.join(FILE_FORMATS)})")
     try:
         document = READERS[suffix](data)
     except NotText as e:

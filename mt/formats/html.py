@@ -19,14 +19,16 @@ from typing import Any
 from .pieces import Block, Document
 
 # Phrasing elements a sentence runs through; void ones (img, wbr) sit inside it too.
-INLINE = set(
-    "a abbr b bdi bdo big cite data del dfn em font i img ins label mark q rp rt ruby s small "
-    "span strike strong sub sup time u wbr".split()
-)
+INLINE = {
+    *("a", "abbr", "b", "bdi", "bdo", "big", "cite", "data", "del", "dfn", "em", "font", "i"),
+    *("img", "ins", "label", "mark", "q", "rp", "rt", "ruby", "s", "small", "span", "strike"),
+    *("strong", "sub", "sup", "time", "u", "wbr"),
+}
 KEPT_INLINE = {"code", "kbd", "samp", "tt", "var"}  # part of a sentence, never translated
-UNTOUCHED = set(
-    "script style pre textarea template svg math noscript iframe object canvas".split()
-)
+UNTOUCHED = {  # their content is code, or not text a reader sees
+    *("script", "style", "pre", "textarea", "template", "svg", "math", "noscript", "iframe"),
+    *("object", "canvas"),
+}
 DOCUMENT_START = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html|head|body)[\s>/]", re.I | re.S)
 
 

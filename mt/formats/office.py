@@ -10,7 +10,7 @@ from typing import Any
 
 from .pieces import Block, Document
 
-Piece = tuple[str, Callable[[str], None] | None]  # a piece's text and how to replace it (None: kept)
+Piece = tuple[str, Callable[[str], None] | None]  # its text, how to replace it (None: kept)
 
 
 def read_docx(data: bytes) -> Document:
@@ -19,9 +19,7 @@ def read_docx(data: bytes) -> Document:
 
     document = docx.Document(io.BytesIO(data))
     paragraphs = [
-        p
-        for part in (document, *_headers_and_footers(document))
-        for p in _docx_paragraphs(part)
+        p for part in (document, *_headers_and_footers(document)) for p in _docx_paragraphs(part)
     ]
     return _document([[_docx_run(r) for r in _docx_runs(p)] for p in paragraphs], document.save)
 
@@ -106,4 +104,4 @@ def _document(paragraphs: list[list[Piece]], save: Callable[[io.BytesIO], None])
         save(out)
         return out.getvalue()
 
-    return Document(blocks, write)
+    return Document(blocks, write, unit="paragraph")

@@ -14,6 +14,7 @@ target language that reorders a phrase moves the words, never the tags.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class Document:
 
     blocks: list[Block]
     write: Callable[[list[list[str]]], bytes]
+    unit: str = "block"  # what a block is called in an error: line, paragraph, cue
 
     @property
     def units(self) -> list[str]:
@@ -137,7 +139,7 @@ def _fill(cuts: list[int | None], weights: list[int], inside: list[bool], text: 
     between them, each moved to the nearest word start (never before the cut before it)
     unless the source cuts inside a word there too."""
     known = [i for i, c in enumerate(cuts) if c is not None]
-    for a, b in zip(known, known[1:]):
+    for a, b in itertools.pairwise(known):
         low, high = cuts[a], cuts[b]
         total = sum(weights[a:b]) or 1
         for j in range(a + 1, b):

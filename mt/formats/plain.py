@@ -12,4 +12,4 @@ def read_text(text: str) -> Document:
     def write(found: list[list[str]]) -> bytes:
         return "".join(line + "\n" for pieces in found for line in pieces).encode("utf-8")
 
-    return Document([Block([line]) for line in lines], write)
+    return Document([Block([line]) for line in lines], write, unit="line")

@@ -21,7 +21,7 @@ def read_srt(text: str) -> Document:
             cue.content = "".join(pieces)
         return srt.compose(cues, reindex=False).encode("utf-8")
 
-    return Document(blocks, write)
+    return Document(blocks, write, unit="cue")
 
 
 def _lines(content: str) -> list[str]:

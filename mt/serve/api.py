@@ -2,15 +2,15 @@
 extensions, chat bots, libretranslatepy) work unchanged, and ours.
 
 `POST /translate` with `q` (a text or a list), `source`, `target`, `alternatives`, `format`
-("text") and `api_key` (ignored), as JSON or a form, answers `translatedText` and
-`alternatives`; ours add `scores` (best first, the length-normalised log-probability; null for
-greedy search), `beam`, `model`, `step` and `seconds`. LibreTranslate's too: `GET /languages`,
-`POST /detect` (the model's source language, certain), `GET /frontend/settings`, `POST
-/translate_file` (a .txt file, one text a line; its translation downloaded from
-`/download_file/...`) and `POST /suggest` (off: 403). Ours: `GET /` the web page, `GET
-/health` says whether the model is ready, `GET /info` what it is. Errors are `{"error": "..."}`
-with their status: 400 bad input, 413 too long, 415 wrong content type, 503 loading or busy;
-never a traceback.
+("text", or "html": the text translated, the markup kept) and `api_key` (ignored), as JSON or
+a form, answers `translatedText` and `alternatives`; ours add `scores` (best first, the
+length-normalised log-probability; null for greedy search and html), `beam`, `model`, `step`
+and `seconds`. LibreTranslate's too: `GET /languages`, `POST /detect` (the model's source
+language, certain), `GET /frontend/settings`, `POST /translate_file` (.txt, .html, .docx, .odt
+or .srt, the layout kept; its translation downloaded from `/download_file/...`) and `POST
+/suggest` (off: 403). Ours: `GET /` the web page, `GET /health` says whether the model is
+ready, `GET /info` what it is. Errors are `{"error": "..."}` with their status: 400 bad input,
+413 too long, 415 wrong content type, 503 loading or busy; never a traceback.
 """
 
 from __future__ import annotations
@@ -24,20 +24,29 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ..formats import FILE_FORMATS, Document, translate_documents
 from .batcher import BadRequest, Service
 from .requests import (
-    FILE_FORMATS,
     check_limits,
     parse_request,
     read_body,
     read_fields,
-    read_text_file,
+    read_file,
+    read_markups,
 )
 
 PAGE = Path(__file__).with_name("page.html")
 LANGUAGE_NAMES = {"en": "English", "es": "Spanish"}
 KEPT_FILES = 64  # translated files kept in memory for /download_file, the newest
 FRONTEND_TIMEOUT_MS = 500  # /frontend/settings: LibreTranslate's default
+MEDIA_TYPES = {  # /download_file's, by suffix
+    ".txt": "text/plain; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".htm": "text/html; charset=utf-8",
+    ".srt": "application/x-subrip; charset=utf-8",
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".odt": "application/vnd.oasis.opendocument.text",
+}
 
 
 def _score(value: float) -> float | None:
@@ -141,9 +150,14 @@ class Api:
         texts, single, beam, alternatives, auto = parse_request(
             fields, form, self.service.beam, info["source"], info["target"]
         )
-        check_limits(texts, self.settings)
         request.scope["mt.texts"] = len(texts)
-        found = await self.service.submit(texts, beam, alternatives + 1)
+        if fields.get("format") == "html":
+            documents = read_markups(texts, single, self.settings)
+            written = await self._translate_documents(documents, beam)
+            found = [[(data.decode("utf-8"), math.nan)] for data in written]  # no score
+        else:
+            check_limits(texts, self.settings)
+            found = await self.service.submit(texts, beam, alternatives + 1)
         seconds = time.perf_counter() - started
         return _json(answer(found, single, auto, info, beam, seconds))
 
@@ -183,21 +197,29 @@ class Api:
         await read_body(request, self.settings.max_body)
         raise BadRequest(403, "Suggestions are disabled on this server.")
 
+    async def _translate_all(self, texts: list[str], beam: int) -> list[str]:
+        """The best translation of each text, a request's worth (--max-texts) at a time: the
+        /translate requests that come meanwhile are decoded between them."""
+        found, most = [], self.settings.max_texts
+        for start in range(0, len(texts), most):
+            found += await self.service.submit(texts[start : start + most], beam, 1)
+        return [hyps[0][0] for hyps in found]
+
+    async def _translate_documents(self, documents: list[Document], beam: int) -> list[bytes]:
+        """Each document translated, all their texts decoded together."""
+        requests = [text for doc in documents for text in doc.requests()]
+        found = await self._translate_all(requests, beam)  # what translate_documents asks for
+        return translate_documents(documents, lambda texts: found)
+
     @endpoint
     async def translate_file(self, request: Any) -> Any:
-        """A .txt file translated line by line (blank lines kept); its translation is kept
-        in memory (the newest KEPT_FILES) for /download_file."""
-        name, lines = await read_text_file(request, self.settings, self._info())
-        request.scope["mt.texts"] = len(lines)
-        todo = [i for i, line in enumerate(lines) if line.strip()]
-        texts, most, found = [lines[i] for i in todo], self.settings.max_texts, []
-        for start in range(0, len(texts), most):  # a request's worth at a time: the
-            # /translate requests that come meanwhile are decoded between them
-            found += await self.service.submit(texts[start : start + most], self.service.beam, 1)
-        for i, hyps in zip(todo, found):
-            lines[i] = hyps[0][0]
+        """A file (FILE_FORMATS) translated with its layout kept; its translation is kept in
+        memory (the newest KEPT_FILES) for /download_file."""
+        name, document = await read_file(request, self.settings, self._info())
+        request.scope["mt.texts"] = len(document.units)
+        (data,) = await self._translate_documents([document], self.service.beam)
         stored = f"{uuid.uuid4()}.{name}"
-        self.files[stored] = "".join(line + "\n" for line in lines).encode("utf-8")
+        self.files[stored] = data
         while len(self.files) > KEPT_FILES:
             del self.files[next(iter(self.files))]
         url = request.url_for("download_file", filename=stored)
@@ -213,7 +235,8 @@ class Api:
         name = stored.partition(".")[2]
         disposition = f"attachment; filename*=UTF-8''{quote(name)}"
         headers = {"Content-Disposition": disposition}
-        return Response(self.files[stored], media_type="text/plain; charset=utf-8", headers=headers)
+        media = MEDIA_TYPES.get(Path(name).suffix.lower(), "application/octet-stream")
+        return Response(self.files[stored], media_type=media, headers=headers)
 
 
 def language(code: str, targets: list[str]) -> dict[str, Any]:

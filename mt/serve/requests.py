@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+from ..formats import FILE_FORMATS, Document, DocumentError, read_document, read_markup
 from .batcher import BadRequest, Settings
 
 MAX_BEAM = 16
@@ -18,7 +19,7 @@ DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam")
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
-FILE_FORMATS = (".txt",)  # /translate_file: one text a line
+TEXT_FORMATS = ("text", "html")  # /translate's `format`
 
 
 def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, target: str):
@@ -41,9 +42,11 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
         if not text.strip():
             raise BadRequest(400, f"q{'' if single else f'[{i}]'}: empty text")
     check_languages(fields, source, target)
-    if fields.get("format", "text") != "text":
-        raise BadRequest(400, f"format: {fields['format']!r} is not served (only 'text')")
+    if fields.get("format", "text") not in TEXT_FORMATS:
+        raise BadRequest(400, f"format: {fields['format']!r} is not served (text or html)")
     alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
+    if alternatives and fields.get("format") == "html":
+        raise BadRequest(400, "alternatives: not served with format 'html' (one translation)")
     beam = _integer(fields, "beam", max(beam, alternatives + 1), 1, MAX_BEAM, form)
     if alternatives >= beam:
         raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
@@ -82,6 +85,22 @@ def check_limits(texts: list[str], settings: Settings) -> None:
         )
     for i, text in enumerate(texts):
         check_length(text, settings, f"q[{i}]")
+
+
+def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Document]:
+    """The HTML texts of a /translate request with `format: html`, each within --max-chars
+    counted on its text, not its markup; one of markup only is refused."""
+    if len(texts) > settings.max_texts:
+        check_limits(texts, settings)
+    documents = []
+    for i, text in enumerate(texts):
+        where = "q" if single else f"q[{i}]"
+        try:
+            documents.append(read_markup(text, where))
+        except DocumentError as e:
+            raise BadRequest(400, str(e)) from None
+        check_length(" ".join(documents[-1].units), settings, where)
+    return documents
 
 
 def check_length(text: str, settings: Settings, where: str) -> None:
@@ -137,9 +156,10 @@ async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any],
     return fields, False
 
 
-async def read_text_file(request: Any, settings: Settings, info: dict) -> tuple[str, list[str]]:
+async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, Document]:
     """A /translate_file request's file (multipart/form-data: `file`, `source`, `target`,
-    `api_key`): its safe name and its lines; a file that is not .txt UTF-8 text is refused."""
+    `api_key`): its safe name and the document read from it (FILE_FORMATS), each of its
+    texts within --max-chars; a file it cannot read is refused, naming it."""
     if content_type(request) != MULTIPART_TYPE:
         raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
     body = await read_body(request, settings.max_body)
@@ -160,12 +180,12 @@ async def read_text_file(request: Any, settings: Settings, info: dict) -> tuple[
             400, f"{filename}: file format not supported (only {', '.join(FILE_FORMATS)})"
         )
     try:
-        lines = data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise BadRequest(400, f"{filename}: not UTF-8 text (byte {e.start})") from None
-    for number, line in enumerate(lines, start=1):
-        check_length(line, settings, f"{filename}: line {number}")
-    return name, lines
+        document = read_document(filename, data)
+    except DocumentError as e:
+        raise BadRequest(400, str(e)) from None
+    for number, block in enumerate(document.blocks, start=1):
+        check_length(block.source, settings, f"{filename}: {document.unit} {number}")
+    return name, document
 
 
 def parse_multipart(kind: str, body: bytes) -> dict[str, tuple[str | None, bytes]]:
