@@ -71,7 +71,17 @@ def read_odt(data: bytes) -> Document:
         raise ValueError(f"an OpenDocument {document.get_type()}, not a text document")
     paragraphs = document.body.get_elements("descendant::text:p | descendant::text:h")
     # a note's or a frame's paragraphs are blocks of their own, kept whole in the outer one
-    return _document([list(_odt_pieces(p)) for p in paragraphs], document.save)
+    return _document(
+        [list(_odt_pieces(p)) for p in paragraphs], lambda out: _save_odt(document, out)
+    )
+
+
+def _save_odt(document: Any, out: io.BytesIO) -> None:
+    """Save; a cell's text is its paragraphs, so a copy of the old text in its
+    office:string-value (odfdo writes one) is dropped rather than left stale."""
+    for cell in document.body.get_elements("descendant::table:table-cell[@office:string-value]"):
+        cell.del_attribute("office:string-value")
+    document.save(out)
 
 
 ODT_INLINE = {"text:span", "text:a"}  # elements a sentence runs through

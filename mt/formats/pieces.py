@@ -100,8 +100,9 @@ def cut(block: Block, translation: str, hints: dict[int, str]) -> list[str]:
         anchor = anchor if i in block.kept else anchor.rstrip(END_PUNCTUATION)
         if not anchor:
             continue
-        # the punctuation after a piece's words goes with them
-        pattern = rf"(?<!\w){re.escape(anchor)}(?!\w)[{re.escape(END_PUNCTUATION)}]*"
+        pattern = rf"(?<!\w){re.escape(anchor)}(?!\w)"
+        if piece.rstrip()[-1:] in END_PUNCTUATION:  # its punctuation goes with it
+            pattern += rf"[{re.escape(END_PUNCTUATION)}]*"
         match = re.compile(pattern, re.IGNORECASE).search(translation, cursor)
         if match:
             anchored.add(i)
@@ -125,6 +126,8 @@ def cut(block: Block, translation: str, hints: dict[int, str]) -> list[str]:
             continue
         part = translation[cuts[i] : cuts[i + 1]].strip()
         lead, trail = _spacing(piece)
+        if part[:1] in set(END_PUNCTUATION):  # no space before a comma or a full stop
+            lead = ""
         out.append(lead + part + trail if part else lead or trail)
     return out
 
