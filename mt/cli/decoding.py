@@ -181,6 +181,8 @@ def _input_documents(texts: list[str] | None, file: str | None, fmt: str, out: s
             raise ConfigError(f"--file {file}: no such file")
         if suffix in (".docx", ".odt") and not out:
             raise ConfigError(f"--file {file}: a {suffix} file needs --out")
+        if out and Path(out).resolve() == Path(file).resolve():
+            raise ConfigError(f"--out {out}: is the --file itself (it would be lost)")
         return [(file, read_document(file, Path(file).read_bytes()))]
     if file or not texts:  # the whole file or stdin is one HTML document
         where = f"--file {file}" if file and file != "-" else "stdin"
