@@ -16,6 +16,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
   decode   decoding speed, batched vs one sentence at a time, greedy and beam 5
   export   mt (PyTorch) vs its CTranslate2 export, float32 and int8: speed, BLEU, memory, size
   serve    mt serve under 64 concurrent clients for 60 s against mt translate in one batch
+  markup   inline tags carried into translations: per text node, placeholders, alignment,
+           anchors (scripts/bench_markup.py)
 
     python scripts/bench.py --data ../shared/data [--only speed,decode] [--minutes 20]
 """
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 
 import yaml
+from bench_markup import render as render_markup
 from bench_prepare import render as render_scale
 from bench_prepare import run as run_scale
 from bench_serve import render as render_serve
@@ -294,6 +297,11 @@ def step_serve(data: Path, results: dict) -> None:
     pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
     out, _ = run([PY, "scripts/bench_serve.py", str(RUN), "--pairs", pairs])
     results["serve"] = last_json(out)
+
+
+def step_markup(data: Path, results: dict) -> None:
+    out, _ = run([PY, "scripts/bench_markup.py", "--checkpoint", str(RUN), "--data", str(data)])
+    results["markup"] = last_json(out)
 
 
 def render_export(e: dict) -> list[str]:
@@ -562,6 +570,8 @@ def render(results: dict) -> str:
         lines += render_export(results["export"])
     if "serve" in results:
         lines += render_serve(results["serve"])
+    if "markup" in results:
+        lines += render_markup(results["markup"])
     lines += peer_comparison(results)
     lines += render_gpu()
     return "\n".join(lines).rstrip() + "\n"
@@ -686,7 +696,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
-        "--only", default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve"
+        "--only",
+        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,markup",
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -705,6 +716,7 @@ def main() -> None:
         "decode": lambda: step_decode(data, results),
         "export": lambda: step_export(data, results),
         "serve": lambda: step_serve(data, results),
+        "markup": lambda: step_markup(data, results),
     }
     for name in filter(None, args.only.split(",")):  # --only "" re-renders the page
         steps[name]()
