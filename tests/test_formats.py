@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("selectolax")
 
-from mt.formats import DocumentError, read_document, read_markup, translate_documents
+from mt.formats import DocumentError, html, read_document, read_markup, translate_documents
 from mt.formats.pieces import Block, cut
 
 
@@ -42,20 +42,20 @@ PAGE = """<!DOCTYPE html>
 <table><tr><td>Cell</td></tr></table>
 </body></html>
 """
-UNTOUCHED = ("script", "style", "pre", "code")
+UNTOUCHED = html.UNTOUCHED | html.KEPT_INLINE  # script, style, pre, code ...
 
 
 def shape(html: str, translate=lambda text: text) -> list[tuple]:
     """Every node of a page in order: an element's tag and attributes, a comment's text, and
     a text node's text, as is under UNTOUCHED, else its whitespace made one space and then
-    `translate`d."""
+    `translate`d (a text inside UNTOUCHED, as is)."""
     from selectolax.lexbor import LexborHTMLParser
 
     found = []
     for node in LexborHTMLParser(html).root.traverse(include_text=True):
         if node.is_text_node:
             text = node.text_content
-            if node.parent.tag not in UNTOUCHED:
+            if not _inside(node, UNTOUCHED):
                 text = translate(" ".join(text.split()))
             found.append(("text", text))
         elif node.is_comment_node:
@@ -63,6 +63,14 @@ def shape(html: str, translate=lambda text: text) -> list[tuple]:
         else:
             found.append((node.tag, node.attributes))
     return found
+
+
+def _inside(node, tags: set[str]) -> bool:
+    while node is not None:
+        if node.tag in tags:
+            return True
+        node = node.parent
+    return False
 
 
 def test_a_page_keeps_its_tree_attributes_scripts_and_code_and_its_text_is_translated():
@@ -93,7 +101,16 @@ def test_inline_tags_go_where_their_words_went():
     block = Block(["The ", "big", " house is red."])
     found = cut(block, "La casa grande es roja.", {1: "enorme"})
     assert found == ["La ", "casa", " grande es roja."]
-    # kept code is found as itself, and spacing at a piece's edges is the source's
+    # a tag inside a word (<b>o</b>utput) cuts the translation inside a word
+    block = Block(["the ", "o", "utput, so"])
+    assert cut(block, "EL OUTPUT, SO", {0: "EL", 1: "O", 2: "UTPUT, SO"}) == [
+        "EL ",
+        "O",
+        "UTPUT, SO",
+    ]
+    # kept code (its spaces made one) is found as itself; no punctuation is taken with it
+    block = Block(["Type ", "Vec   ::", ", then"], kept={1})
+    assert cut(block, "Escribe Vec ::, luego", {0: "Escribe", 2: ", luego"})[2] == ", luego"
     block = Block(["Run ", "make", " now."], kept={1})
     assert cut(block, "Ejecuta make ahora.", {0: "Corre", 2: "ahora."}) == [
         "Ejecuta ",

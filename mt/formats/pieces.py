@@ -94,14 +94,18 @@ def cut(block: Block, translation: str, hints: dict[int, str]) -> list[str]:
     edges; kept pieces as they were."""
     pieces, n = block.pieces, len(block.pieces)
     cuts: list[int | None] = [0, *([None] * (n - 1)), len(translation)]
+    inside = [0 < j < n and _joined(pieces[j - 1], pieces[j]) for j in range(n + 1)]
     cursor, anchored = 0, set()
     for i, piece in enumerate(pieces):
-        anchor = piece.strip() if i in block.kept else hints.get(i, "").strip()
-        anchor = anchor if i in block.kept else anchor.rstrip(END_PUNCTUATION)
+        kept = i in block.kept
+        anchor = " ".join((piece if kept else hints.get(i, "")).split())
+        anchor = anchor if kept else anchor.rstrip(END_PUNCTUATION)
         if not anchor:
             continue
-        pattern = rf"(?<!\w){re.escape(anchor)}(?!\w)"
-        if piece.rstrip()[-1:] in END_PUNCTUATION:  # its punctuation goes with it
+        # whole words, unless the source's tag cuts a word there too
+        before, after = ("" if inside[j] else b for j, b in ((i, r"(?<!\w)"), (i + 1, r"(?!\w)")))
+        pattern = before + re.escape(anchor) + after
+        if not kept and piece.rstrip()[-1:] in END_PUNCTUATION:  # its punctuation goes along
             pattern += rf"[{re.escape(END_PUNCTUATION)}]*"
         match = re.compile(pattern, re.IGNORECASE).search(translation, cursor)
         if match:
@@ -112,7 +116,6 @@ def cut(block: Block, translation: str, hints: dict[int, str]) -> list[str]:
             if i + 1 < n:  # the last piece ends where the translation does
                 cuts[i + 1] = cursor
     weights = [0 if i in block.kept else len(" ".join(p.split())) for i, p in enumerate(pieces)]
-    inside = [0 < j < n and _joined(pieces[j - 1], pieces[j]) for j in range(n + 1)]
     _fill(cuts, weights, inside, translation)
     for i in sorted(block.kept - anchored):  # what fell to a kept piece goes to its neighbour
         if i + 1 < n:
@@ -144,9 +147,11 @@ def _fill(cuts: list[int | None], weights: list[int], inside: list[bool], text: 
     known = [i for i, c in enumerate(cuts) if c is not None]
     for a, b in itertools.pairwise(known):
         low, high = cuts[a], cuts[b]
+        words = text[low:high]
+        first, last = low + len(words) - len(words.lstrip()), low + len(words.rstrip())
         total = sum(weights[a:b]) or 1
         for j in range(a + 1, b):
-            at = low + (high - low) * sum(weights[a:j]) / total
+            at = first + (last - first) * sum(weights[a:j]) / total
             if inside[j]:
                 cuts[j] = min(max(round(at), cuts[j - 1]), high)
             else:
