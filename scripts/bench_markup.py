@@ -104,16 +104,17 @@ def by_alignment(translator, translate, marked: list[str], layer: int) -> list[s
 def _aligned(translator, source: str, target: str, span: tuple[int, int], layer: int) -> str:
     """`target` with <b> around the target tokens whose most attended source token lies in
     `span` (character offsets of the source); no tag if none is."""
-    src, tgt = translator.src_tokenizer.encode(source), translator.tgt_tokenizer.encode(target)
+    src_ids, src_offsets = _tokens(translator.src_tokenizer, source)
+    tgt_ids, tgt_offsets = _tokens(translator.tgt_tokenizer, target)
     model, device = translator.model, translator.device
-    ids = torch.tensor([[*src.ids, EOS]], device=device)
-    tgt_in = torch.tensor([[BOS, *tgt.ids]], device=device)
+    ids = torch.tensor([[*src_ids, EOS]], device=device)
+    tgt_in = torch.tensor([[BOS, *tgt_ids]], device=device)
     cross = model.attention_weights(ids, tgt_in)[layer][1][0].float().mean(0)  # (T, S)
-    inside = [i for i, (a, b) in enumerate(src.offsets) if a < span[1] and b > span[0]]
-    aligned = [j for j in range(len(tgt.ids)) if int(cross[j, : len(src.ids)].argmax()) in inside]
+    inside = [i for i, (a, b) in enumerate(src_offsets) if a < span[1] and b > span[0]]
+    aligned = [j for j in range(len(tgt_ids)) if int(cross[j, : len(src_ids)].argmax()) in inside]
     if not aligned:
         return target
-    a, b = tgt.offsets[min(aligned)][0], tgt.offsets[max(aligned)][1]
+    a, b = tgt_offsets[min(aligned)][0], tgt_offsets[max(aligned)][1]
     while a > 0 and not target[a - 1].isspace():  # whole words
         a -= 1
     while b < len(target) and target[b].isalnum():
@@ -121,6 +122,13 @@ def _aligned(translator, source: str, target: str, span: tuple[int, int], layer:
     while a < b and target[a].isspace():
         a += 1
     return f"{target[:a]}<b>{target[a:b]}</b>{target[b:]}"
+
+
+def _tokens(tokenizer, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """A text's token ids and character offsets, without the EOS the tokenizer appends."""
+    found = tokenizer.encode(text)
+    kept = [k for k, i in enumerate(found.ids) if i not in (BOS, EOS)]
+    return [found.ids[k] for k in kept], [found.offsets[k] for k in kept]
 
 
 def measure(name: str, outputs: list[str], items: list, spans: dict[str, str], seconds: float):
