@@ -101,6 +101,10 @@ def test_inline_tags_go_where_their_words_went():
     block = Block(["The ", "big", " house is red."])
     found = cut(block, "La casa grande es roja.", {1: "enorme"})
     assert found == ["La ", "casa", " grande es roja."]
+    # a short piece not found still gets a word, not an empty <b></b>
+    block = Block(["This ", "is", " a real breakthrough."])
+    hints = {0: "Esta es.", 1: "¿Hay?", 2: "Un avance."}  # none found: proportions
+    assert cut(block, "Esto es un gran avance.", hints) == ["Esto ", "es", " un gran avance."]
     # a tag inside a word (<b>o</b>utput) cuts the translation inside a word
     block = Block(["the ", "o", "utput, so"])
     assert cut(block, "EL OUTPUT, SO", {0: "EL", 1: "O", 2: "UTPUT, SO"}) == [

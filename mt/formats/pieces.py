@@ -155,13 +155,16 @@ def _fill(cuts: list[int | None], weights: list[int], inside: list[bool], text: 
             if inside[j]:
                 cuts[j] = min(max(round(at), cuts[j - 1]), high)
             else:
-                cuts[j] = _word_start(text, at, cuts[j - 1], high)
+                cuts[j] = _word_start(text, at, cuts[j - 1], high, weights[j - 1] > 0)
 
 
-def _word_start(text: str, at: float, low: int, high: int) -> int:
-    """The position nearest `at` in [low, high] where a word starts (or an end of the range)."""
+def _word_start(text: str, at: float, low: int, high: int, word: bool) -> int:
+    """The position nearest `at` in [low, high] where a word starts (or an end of the range);
+    with `word`, one that leaves a word to the piece before it if one before `high` does (a
+    bold word gets a word, not an empty <b></b>)."""
     starts = [p for p in range(low, high + 1) if p in (low, high) or text[p - 1].isspace()]
-    return min(starts, key=lambda p: (abs(p - at), p))
+    some = [p for p in starts if p < high and text[low:p].strip()]
+    return min(some if word and some else starts, key=lambda p: (abs(p - at), p))
 
 
 def _spacing(piece: str) -> tuple[str, str]:
