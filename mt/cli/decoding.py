@@ -17,6 +17,7 @@ from ..serve.batcher import (
     Settings as ServeSettings,  # its defaults are the options'; no server deps
 )
 from .app import app
+from .documents import input_documents, write_documents
 
 
 def _open(
@@ -110,12 +111,12 @@ def translate_command(
     RANK from 1, SCORE the length-normalised log-probability). A --file ending in .html,
     .docx, .odt or .srt is translated with its layout kept, as is --format html.
     """
-    documents = _input_documents(texts, file, fmt, out)
+    documents = input_documents(texts, file, fmt, out)
     if documents and (nbest or 1) > 1:
         raise ConfigError("--nbest: a document gets one translation (--nbest 1)")
     if documents:
         translator = _open(checkpoint, config, set_, device, engine, threads, beam=beam)
-        _write_documents(translator, documents, out)
+        write_documents(translator, documents, out)
         return
     lines, interactive = _input_lines(texts, file)
     translator = _open(
@@ -156,69 +157,6 @@ def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], 
     if not lines and not file and not interactive:
         lines = read_lines("-", "stdin")
     return lines, interactive
-
-
-def _input_documents(texts: list[str] | None, file: str | None, fmt: str, out: str | None):
-    """The documents to translate, (name, Document) each, read before the model loads: a
-    --file of a markup format or --format html; none for plain text."""
-    from ..data.corpus import read_lines
-    from ..formats import FILE_FORMATS, read_document, read_markup
-
-    if fmt not in ("text", "html"):
-        raise ConfigError(f"--format {fmt}: expected text or html")
-    suffix = Path(file).suffix.lower() if file and file != "-" else ""
-    if fmt == "text" and suffix in ("", ".txt"):
-        if out:
-            raise ConfigError("--out is for documents: a --file .html, .docx, .odt or .srt")
-        return []
-    if texts and file:
-        raise ConfigError("give sentences as arguments or --file, not both")
-    if file and suffix not in ("", ".txt"):
-        if suffix not in FILE_FORMATS:
-            why = f"file format not supported (only {', '.join(FILE_FORMATS)})"
-            raise ConfigError(f"--file {file}: {why}")
-        if not Path(file).is_file():
-            raise ConfigError(f"--file {file}: no such file")
-        if suffix in (".docx", ".odt") and not out:
-            raise ConfigError(f"--file {file}: a {suffix} file needs --out")
-        if out and Path(out).resolve() == Path(file).resolve():
-            raise ConfigError(f"--out {out}: is the --file itself (it would be lost)")
-        return [(file, read_document(file, Path(file).read_bytes()))]
-    if file or not texts:  # the whole file or stdin is one HTML document
-        where = f"--file {file}" if file and file != "-" else "stdin"
-        return [(where, read_markup("\n".join(read_lines(file or "-", "--file")), where))]
-    if out and len(texts) > 1:
-        raise ConfigError("--out: one document at a time (give one argument, or --file)")
-    return [
-        (f"argument {i}", read_markup(text, f"argument {i}")) for i, text in enumerate(texts, 1)
-    ]
-
-
-def plain_translate(translator):
-    """The translate function documents are given: each text's best translation, all of them
-    decoded in the usual batches."""
-
-    def translate(texts: list[str]) -> list[str]:
-        found = translator.translate_nbest(texts, progress=len(texts) > 100)
-        return [hyps[0][0] for hyps in found]
-
-    return translate
-
-
-def _write_documents(translator, documents: list, out: str | None) -> None:
-    """Each document translated, written to --out or printed."""
-    from ..files import atomic_path
-    from ..formats import translate_documents
-
-    written = translate_documents([doc for _, doc in documents], plain_translate(translator))
-    if out:
-        with atomic_path(Path(out)) as tmp:
-            tmp.write_bytes(written[0])
-        typer.echo(f"wrote {out}", err=True)
-        return
-    for data in written:
-        text = data.decode("utf-8")
-        typer.echo(text, nl=not text.endswith("\n"))
 
 
 def _print_translations(translator, batch: list[str]) -> None:

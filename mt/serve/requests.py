@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
-from ..formats import FILE_FORMATS, Document, DocumentError, read_document, read_markup
+from ..formats import Document, DocumentError, read_document, read_markup
 from .batcher import BadRequest, Settings
 
 MAX_BEAM = 16
@@ -175,10 +175,6 @@ async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, 
     check_languages(values, info["source"], info["target"])
     filename, data = fields["file"]
     name = re.sub(r"[^\w.-]", "_", Path(filename).name).lstrip(".") or "file.txt"
-    if Path(name).suffix.lower() not in FILE_FORMATS:
-        raise BadRequest(
-            400, f"{filename}: file format not supported (only {', '.join(FILE_FORMATS)})"
-        )
     try:
         document = read_document(filename, data)
     except DocumentError as e:
