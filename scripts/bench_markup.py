@@ -196,13 +196,13 @@ def render(result: dict) -> list[str]:
         "bold text is the bold words' own translation (a proxy that favours anchors). "
         f"The same sentences without tags: BLEU {result['plain_bleu']:.2f}.",
         "",
-        "| method | BLEU | tags kept | placed | seconds |",
-        "|---|---:|---:|---:|---:|",
+        "| method | BLEU | tags kept | placed |",
+        "|---|---:|---:|---:|",
     ]
     for row in result["rows"]:
         lines.append(
             f"| {row['method']} | {row['bleu']:.2f} | {row['tags_kept']:.1%} | "
-            f"{row['placed']:.1%} | {row['seconds']:.1f} |"
+            f"{row['placed']:.1%} |"
         )
     return [*lines, ""]
 
