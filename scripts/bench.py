@@ -20,6 +20,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
            time (scripts/bench_text.py), and the sentence splitters (scripts/bench_splitter.py)
   langid   language identifiers on Tatoeba and FLORES (those installed), and
            data.filter_language on a corrupted Tatoeba train file (scripts/bench_langid.py)
+  markup   inline tags carried into translations: per text node, placeholders, alignment,
+           anchors (scripts/bench_markup.py)
 
     python scripts/bench.py --data ../shared/data [--only speed,decode] [--minutes 20]
 """
@@ -41,6 +43,7 @@ from pathlib import Path
 
 import yaml
 from bench_langid import render as render_langid
+from bench_markup import render as render_markup
 from bench_prepare import render as render_scale
 from bench_prepare import run as run_scale
 from bench_serve import render as render_serve
@@ -315,6 +318,11 @@ def step_text(data: Path, results: dict) -> None:
     results["splitter"] = last_json(out)
 
 
+def step_markup(data: Path, results: dict) -> None:
+    out, _ = run([PY, "scripts/bench_markup.py", "--checkpoint", str(RUN), "--data", str(data)])
+    results["markup"] = last_json(out)
+
+
 def render_export(e: dict) -> list[str]:
     lines = [
         "## CTranslate2 export",
@@ -587,6 +595,8 @@ def render(results: dict) -> str:
         lines += ["## Sentence splitters", "", render_splitter(results["splitter"]["rows"]), ""]
     if "langid" in results:
         lines += render_langid(results["langid"])
+    if "markup" in results:
+        lines += render_markup(results["markup"])
     lines += peer_comparison(results)
     lines += render_gpu()
     return "\n".join(lines).rstrip() + "\n"
@@ -712,7 +722,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
         "--only",
-        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid",
+        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid,markup",
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -733,6 +743,7 @@ def main() -> None:
         "serve": lambda: step_serve(data, results),
         "text": lambda: step_text(data, results),
         "langid": lambda: step_langid(data, results),
+        "markup": lambda: step_markup(data, results),
     }
     for name in filter(None, args.only.split(",")):  # --only "" re-renders the page
         steps[name]()

@@ -23,6 +23,7 @@ LAYERS = [
     {"mt.model", "mt.checkpoint"},
     {"mt.decoding"},
     {"mt.text"},
+    {"mt.formats"},
     {"mt.training"},
     {"mt.converters", "mt.serve"},
     {"mt.cli", "mt.__main__"},

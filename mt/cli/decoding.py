@@ -18,6 +18,7 @@ from ..serve.batcher import (
     Settings as ServeSettings,  # its defaults are the options'; no server deps
 )
 from .app import app
+from .documents import input_documents, write_documents
 
 
 def _open(
@@ -102,6 +103,18 @@ def translate_command(
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
     split_sentences: Annotated[bool, split_option("Default: split.")] = True,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="text, or html: the text translated, the markup kept (an argument"
+            " each, or the whole file or stdin).",
+        ),
+    ] = "text",
+    out: Annotated[
+        str | None,
+        typer.Option(help="Write the translated document here (needed for .docx and .odt)."),
+    ] = None,
 ) -> None:
     """Translate English to Spanish: arguments, a file, stdin, or an interactive prompt.
 
@@ -109,8 +122,16 @@ def translate_command(
     joined again with the input's spacing: one line in, one line out. With --nbest N > 1 each
     line is INDEX<TAB>RANK<TAB>SCORE<TAB>TRANSLATION (INDEX from 0, RANK from 1, SCORE the
     length-normalised log-probability); for an input of several sentences the K-th joins each
-    sentence's K-th translation, its score the mean of theirs.
+    sentence's K-th translation, its score the mean of theirs. A --file ending in .html,
+    .docx, .odt or .srt is translated with its layout kept, as is --format html.
     """
+    documents = input_documents(texts, file, fmt, out)
+    if documents and (nbest or 1) > 1:
+        raise ConfigError("--nbest: a document gets one translation (--nbest 1)")
+    if documents:
+        translator = _open(checkpoint, config, set_, device, engine, threads, beam=beam)
+        write_documents(translator, documents, out)
+        return
     lines, interactive = _input_lines(texts, file)
     translator = _open(
         checkpoint,

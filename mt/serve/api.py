@@ -2,20 +2,20 @@
 extensions, chat bots, libretranslatepy) work unchanged, and ours.
 
 `POST /translate` with `q` (a text or a list: each cut into sentences and joined again with
-its spacing and line breaks, mt.text), `source`, `target`, `alternatives`, `format`
-("text") and `api_key` (ignored), as JSON or a form, answers `translatedText` and
-`alternatives`; ours add `scores` (best first, the length-normalised log-probability; null for
-greedy search), `beam`, `model`, `step` and `seconds`. With `source: auto` each text's language
-is identified (mt.data.language) and `detectedLanguage` says what the text was taken to be: a
-text identified as the model's target language with 80% confidence or more is returned as it
-is (its score null, no alternatives), any other is translated as the source. LibreTranslate's
-too: `GET /languages`, `POST /detect` (each text's language, one of the model's two, with a
-confidence of 0 to 100), `GET /frontend/settings`, `POST
-/translate_file` (a .txt file, one text a line; its translation downloaded from
-`/download_file/...`) and `POST /suggest` (off: 403). Ours: `GET /` the web page, `GET
-/health` says whether the model is ready, `GET /info` what it is. Errors are `{"error": "..."}`
-with their status: 400 bad input, 413 too long, 415 wrong content type, 503 loading or busy;
-never a traceback.
+its spacing and line breaks, mt.text), `source`, `target`, `alternatives`, `format` ("text",
+or "html": the text translated, the markup kept, mt.formats) and `api_key` (ignored), as JSON
+or a form, answers `translatedText` and `alternatives`; ours add `scores` (best first, the
+length-normalised log-probability; null for greedy search and html), `beam`, `model`, `step`
+and `seconds`. With `source: auto` each text's language is identified (mt.data.language) and
+`detectedLanguage` says what the text was taken to be: a text identified as the model's
+target language with 80% confidence or more is returned as it is (its score null, no
+alternatives), any other is translated as the source. LibreTranslate's too: `GET
+/languages`, `POST /detect` (each text's language, one of the model's two, with a confidence
+of 0 to 100), `GET /frontend/settings`, `POST /translate_file` (.txt, .html, .docx, .odt or
+.srt, the layout kept; its translation downloaded from `/download_file/...`) and `POST
+/suggest` (off: 403). Ours: `GET /` the web page, `GET /health` says whether the model is
+ready, `GET /info` what it is. Errors are `{"error": "..."}` with their status: 400 bad input,
+413 too long, 415 wrong content type, 503 loading or busy; never a traceback.
 """
 
 from __future__ import annotations
@@ -31,22 +31,31 @@ from urllib.parse import quote
 
 from ..data.language import CONFIDENT, identifier
 from ..errors import MtError
+from ..formats import FILE_FORMATS, Document, translate_documents
 from .batcher import BadRequest, Service
 from .requests import (
     DETECT_FIELDS,
-    FILE_FORMATS,
     check_limits,
     parse_request,
     parse_texts,
     read_body,
     read_fields,
-    read_text_file,
+    read_file,
+    read_markups,
 )
 
 PAGE = Path(__file__).with_name("page.html")
 LANGUAGE_NAMES = {"en": "English", "es": "Spanish"}
 KEPT_FILES = 64  # translated files kept in memory for /download_file, the newest
 FRONTEND_TIMEOUT_MS = 500  # /frontend/settings: LibreTranslate's default
+MEDIA_TYPES = {  # /download_file's, by suffix
+    ".txt": "text/plain; charset=utf-8",
+    ".html": "text/html; charset=utf-8",
+    ".htm": "text/html; charset=utf-8",
+    ".srt": "application/x-subrip; charset=utf-8",
+    ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    ".odt": "application/vnd.oasis.opendocument.text",
+}
 
 
 def _score(value: float) -> float | None:
@@ -163,16 +172,25 @@ class Api:
         texts, single, beam, alternatives, auto = parse_request(
             fields, form, self.service.beam, info["source"], info["target"]
         )
-        check_limits(texts, self.settings)
         request.scope["mt.texts"] = len(texts)
-        taken = [taken_as(c, info) for c in await self._identify(texts, info)] if auto else None
-        # a text already in the target language is returned as it is, unscored
-        found = [[(text, math.nan)] for text in texts]
-        todo = [i for i in range(len(texts)) if not taken or taken[i]["language"] != info["target"]]
-        if todo:
-            decoded = await self._translate_texts([texts[i] for i in todo], beam, alternatives + 1)
-            for i, hyps in zip(todo, decoded):
-                found[i] = hyps
+        if fields.get("format") == "html":  # its text's language is not identified
+            taken = None
+            documents = read_markups(texts, single, self.settings)
+            written = await self._translate_documents(documents, beam)
+            found = [[(data.decode("utf-8"), math.nan)] for data in written]  # no score
+        else:
+            check_limits(texts, self.settings)
+            taken = [taken_as(c, info) for c in await self._identify(texts, info)] if auto else None
+            # a text already in the target language is returned as it is, unscored
+            found = [[(text, math.nan)] for text in texts]
+            todo = [
+                i for i in range(len(texts)) if not taken or taken[i]["language"] != info["target"]
+            ]
+            if todo:
+                wanted = [texts[i] for i in todo]
+                decoded = await self._translate_texts(wanted, beam, alternatives + 1)
+                for i, hyps in zip(todo, decoded):
+                    found[i] = hyps
         seconds = time.perf_counter() - started
         return _json(answer(found, single, taken, info, beam, seconds))
 
@@ -230,17 +248,21 @@ class Api:
         await read_body(request, self.settings.max_body)
         raise BadRequest(403, "Suggestions are disabled on this server.")
 
+    async def _translate_documents(self, documents: list[Document], beam: int) -> list[bytes]:
+        """Each document translated, all their texts decoded together."""
+        requests = [text for doc in documents for text in doc.requests()]
+        found = [hyps[0][0] for hyps in await self._translate_texts(requests, beam, 1)]
+        return translate_documents(documents, lambda texts: found)  # what it asks for
+
     @endpoint
     async def translate_file(self, request: Any) -> Any:
-        """A .txt file translated line by line, each line's sentences and layout as
-        /translate's (blank lines kept); its translation is kept in memory (the newest
-        KEPT_FILES) for /download_file."""
-        name, lines = await read_text_file(request, self.settings, self._info())
-        request.scope["mt.texts"] = len(lines)
-        found = await self._translate_texts(lines, self.service.beam, 1)
-        lines = [hyps[0][0] for hyps in found]
+        """A file (FILE_FORMATS) translated with its layout kept; its translation is kept in
+        memory (the newest KEPT_FILES) for /download_file."""
+        name, document = await read_file(request, self.settings, self._info())
+        request.scope["mt.texts"] = len(document.units)
+        (data,) = await self._translate_documents([document], self.service.beam)
         stored = f"{uuid.uuid4()}.{name}"
-        self.files[stored] = "".join(line + "\n" for line in lines).encode("utf-8")
+        self.files[stored] = data
         while len(self.files) > KEPT_FILES:
             del self.files[next(iter(self.files))]
         url = request.url_for("download_file", filename=stored)
@@ -256,7 +278,8 @@ class Api:
         name = stored.partition(".")[2]
         disposition = f"attachment; filename*=UTF-8''{quote(name)}"
         headers = {"Content-Disposition": disposition}
-        return Response(self.files[stored], media_type="text/plain; charset=utf-8", headers=headers)
+        media = MEDIA_TYPES.get(Path(name).suffix.lower(), "application/octet-stream")
+        return Response(self.files[stored], media_type=media, headers=headers)
 
 
 def taken_as(candidates: list[dict[str, Any]], info: dict) -> dict[str, Any]:

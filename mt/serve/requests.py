@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from ..config import beam_holds
+from ..formats import Document, DocumentError, read_document, read_markup
 from .batcher import BadRequest, Settings
 
 MAX_BEAM = 16
@@ -20,7 +21,7 @@ FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam")
 DETECT_FIELDS = ("q", "api_key")
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
-FILE_FORMATS = (".txt",)  # /translate_file: one text a line
+TEXT_FORMATS = ("text", "html")  # /translate's `format`
 
 
 def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, target: str):
@@ -29,9 +30,11 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
     strings, JSON's are typed. Limits are checked by `check_limits`."""
     texts, single = parse_texts(fields, FIELDS)
     check_languages(fields, source, target)
-    if fields.get("format", "text") != "text":
-        raise BadRequest(400, f"format: {fields['format']!r} is not served (only 'text')")
+    if fields.get("format", "text") not in TEXT_FORMATS:
+        raise BadRequest(400, f"format: {fields['format']!r} is not served (text or html)")
     alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
+    if alternatives and fields.get("format") == "html":
+        raise BadRequest(400, "alternatives: not served with format 'html' (one translation)")
     beam = _integer(fields, "beam", max(beam, alternatives + 1), 1, MAX_BEAM, form)
     if not beam_holds(alternatives + 1, beam):
         raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
@@ -93,6 +96,22 @@ def check_limits(texts: list[str], settings: Settings) -> None:
         check_length(text, settings, f"q[{i}]")
 
 
+def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Document]:
+    """The HTML texts of a /translate request with `format: html`, each within --max-chars
+    counted on its text, not its markup; one of markup only is refused."""
+    if len(texts) > settings.max_texts:
+        check_limits(texts, settings)
+    documents = []
+    for i, text in enumerate(texts):
+        where = "q" if single else f"q[{i}]"
+        try:
+            documents.append(read_markup(text, where))
+        except DocumentError as e:
+            raise BadRequest(400, str(e)) from None
+        check_length(" ".join(documents[-1].units), settings, where)
+    return documents
+
+
 def check_length(text: str, settings: Settings, where: str) -> None:
     """413 for a text (`where` names it) longer than --max-chars."""
     if len(text) > settings.max_chars:
@@ -146,9 +165,10 @@ async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any],
     return fields, False
 
 
-async def read_text_file(request: Any, settings: Settings, info: dict) -> tuple[str, list[str]]:
+async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, Document]:
     """A /translate_file request's file (multipart/form-data: `file`, `source`, `target`,
-    `api_key`): its safe name and its lines; a file that is not .txt UTF-8 text is refused."""
+    `api_key`): its safe name and the document read from it (FILE_FORMATS), each of its
+    texts within --max-chars; a file it cannot read is refused, naming it."""
     if content_type(request) != MULTIPART_TYPE:
         raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
     body = await read_body(request, settings.max_body)
@@ -164,17 +184,13 @@ async def read_text_file(request: Any, settings: Settings, info: dict) -> tuple[
     check_languages(values, info["source"], info["target"])
     filename, data = fields["file"]
     name = re.sub(r"[^\w.-]", "_", Path(filename).name).lstrip(".") or "file.txt"
-    if Path(name).suffix.lower() not in FILE_FORMATS:
-        raise BadRequest(
-            400, f"{filename}: file format not supported (only {', '.join(FILE_FORMATS)})"
-        )
     try:
-        lines = data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise BadRequest(400, f"{filename}: not UTF-8 text (byte {e.start})") from None
-    for number, line in enumerate(lines, start=1):
-        check_length(line, settings, f"{filename}: line {number}")
-    return name, lines
+        document = read_document(filename, data)
+    except DocumentError as e:
+        raise BadRequest(400, str(e)) from None
+    for number, block in enumerate(document.blocks, start=1):
+        check_length(block.source, settings, f"{filename}: {document.unit} {number}")
+    return name, document
 
 
 def parse_multipart(kind: str, body: bytes) -> dict[str, tuple[str | None, bytes]]:

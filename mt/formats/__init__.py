@@ -1,0 +1,102 @@
+"""Documents translated with their layout kept: HTML pages and fragments, .docx, .odt, .srt
+subtitles and plain text, each read into blocks of pieces (pieces.py) and written back.
+
+`read_document(name, data)` reads a file by its suffix; `translate_documents(documents,
+translate)` translates documents with one call of `translate` (texts in, translations out, in
+order), so that their texts are decoded in the usual batches."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import ConfigError
+from .pieces import Document, Translate, translate_documents
+
+__all__ = ["FILE_FORMATS", "Document", "DocumentError", "Translate", "read_document"]
+__all__ += ["read_markup", "translate_documents"]
+
+
+class DocumentError(ConfigError):
+    """A document that cannot be read: not of its type, broken, or with nothing to translate."""
+
+
+def _html(data: bytes) -> Document:
+    from .html import read_html
+
+    return read_html(_utf8(data))
+
+
+def _text(data: bytes) -> Document:
+    from .plain import read_text
+
+    return read_text(_utf8(data))
+
+
+def _srt(data: bytes) -> Document:
+    from .subtitles import read_srt
+
+    return read_srt(_utf8(data))
+
+
+def _docx(data: bytes) -> Document:
+    from .office import read_docx
+
+    return read_docx(data)
+
+
+def _odt(data: bytes) -> Document:
+    from .office import read_odt
+
+    return read_odt(data)
+
+
+READERS: dict[str, Callable[[bytes], Document]] = {
+    ".txt": _text,
+    ".html": _html,
+    ".htm": _html,
+    ".docx": _docx,
+    ".odt": _odt,
+    ".srt": _srt,
+}
+FILE_FORMATS = tuple(READERS)  # what /translate_file and mt translate --file take
+
+
+class NotText(ValueError):
+    """Bytes that are not UTF-8."""
+
+
+def _utf8(data: bytes) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise NotText(f"not UTF-8 text (byte {e.start})") from None
+
+
+def read_document(name: str, data: bytes) -> Document:
+    """The file `name` (its suffix says its format) read from `data`, or a DocumentError
+    naming it: a format not supported, a broken file, a file with no text."""
+    suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
+    if suffix not in READERS:
+        raise DocumentError(f"{name}: file format not supported (only {', '.join(FILE_FORMATS)})")
+    try:
+        document = READERS[suffix](data)
+    except NotText as e:
+        raise DocumentError(f"{name}: {e}") from None
+    except Exception as e:  # whatever the library raises for a broken file: a zip that is
+        # not one, XML that does not parse, a timing that does not read
+        why = " ".join(str(e).split())[:200] or type(e).__name__
+        raise DocumentError(f"{name}: not a valid {suffix} file ({why})") from None
+    if not document.units:
+        raise DocumentError(f"{name}: no text to translate")
+    return document
+
+
+def read_markup(text: str, where: str) -> Document:
+    """An HTML text (a /translate `q` or an argument of mt translate --format html), or a
+    DocumentError naming `where` if it holds no text, markup only."""
+    from .html import read_html
+
+    document = read_html(text)
+    if not document.units:
+        raise DocumentError(f"{where}: no text to translate (markup only)")
+    return document

@@ -1,0 +1,90 @@
+"""HTML: the text of a page or a fragment translated, its tags, attributes, comments and the
+content of `<script>`, `<style>`, `<pre>` (and the like) left as they are.
+
+Parsed by selectolax's Lexbor engine, which follows the HTML standard's parsing algorithm as
+browsers do (malformed markup is repaired the way a browser shows it, never refused). A run of
+text and inline elements (`<b>`, `<a>`, `<span>` ...) between two block boundaries is one
+block, translated whole; its text nodes get their share of the translation (pieces.py), so
+every element and attribute stays where it was. Inline code (`<code>`, `<kbd>` ...) is part
+of its sentence but kept as it is. The document is written back as a browser serialises it
+(`innerHTML`): characters named by entities are written as themselves, except `&amp;`, `&lt;`,
+`&gt;` and `&nbsp;`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .pieces import Block, Document
+
+# Phrasing elements a sentence runs through; void ones (img, wbr) sit inside it too.
+INLINE = {
+    *("a", "abbr", "b", "bdi", "bdo", "big", "cite", "data", "del", "dfn", "em", "font", "i"),
+    *("img", "ins", "label", "mark", "q", "rp", "rt", "ruby", "s", "small", "span", "strike"),
+    *("strong", "sub", "sup", "time", "u", "wbr"),
+}
+KEPT_INLINE = {"code", "kbd", "samp", "tt", "var"}  # part of a sentence, never translated
+UNTOUCHED = {  # their content is code, or not text a reader sees
+    *("script", "style", "pre", "textarea", "template", "svg", "math", "noscript", "iframe"),
+    *("object", "canvas"),
+}
+DOCUMENT_START = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html|head|body)[\s>/]", re.I | re.S)
+
+
+def read_html(text: str) -> Document:
+    """An HTML document or fragment (what it starts with says which) as blocks."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    whole = bool(DOCUMENT_START.match(text))
+    tree = LexborHTMLParser(text, is_fragment=not whole)
+    top = [tree.root] if whole else _siblings(tree.root)
+    runs: list[list[tuple[Any, bool]]] = [[]]
+    for node in top:
+        _visit(node, runs)
+    runs = [run for run in runs if run]
+    blocks = [Block([_text(n, kept) for n, kept in run]) for run in runs]
+    for block, run in zip(blocks, runs):
+        block.kept |= {i for i, (_, kept) in enumerate(run) if kept}
+
+    def write(pieces: list[list[str]]) -> bytes:
+        for run, texts in zip(runs, pieces):
+            for (node, kept), text in zip(run, texts):
+                if not kept and text != node.text_content:
+                    node.replace_with(text)
+        return (tree.html or "").encode("utf-8")
+
+    return Document(blocks, write)
+
+
+def _siblings(node: Any) -> list[Any]:
+    found = []
+    while node is not None:
+        found.append(node)
+        node = node.next
+    return found
+
+
+def _visit(node: Any, runs: list[list[tuple[Any, bool]]]) -> None:
+    """Add `node`'s text nodes to the current run (runs[-1]); a block boundary starts one."""
+    if node.is_text_node:
+        runs[-1].append((node, False))
+        return
+    if not node.is_element_node and not node.is_document_node:
+        return  # a comment or a doctype: it neither holds text nor breaks a sentence
+    tag = (node.tag or "").lower()
+    if tag in KEPT_INLINE:
+        runs[-1].append((node, True))
+        return
+    inline = tag in INLINE
+    if not inline:
+        runs.append([])
+    if tag not in UNTOUCHED:
+        for child in _siblings(node.child):  # (iter() of a fragment's node yields its siblings)
+            _visit(child, runs)
+    if not inline:
+        runs.append([])
+
+
+def _text(node: Any, kept: bool) -> str:
+    return node.text(deep=True) if kept else node.text_content or ""
