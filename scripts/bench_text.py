@@ -6,7 +6,11 @@ mt.text). Time: the paragraph file and the sentence file through `mt translate -
 taking turns --repeats times (medians; the ratio is what holds on a shared machine). Prints
 one JSON object.
 
-    python scripts/bench_text.py runs/recipe --data ../shared/data [--beam 5]
+With --evaluate, instead: `mt evaluate`'s BLEU on the Tatoeba test and FLORES devtest with
+each line whole and with its sentences split: the lines of one sentence translate the same
+either way and are translated once, the others both ways. One JSON object a set.
+
+    python scripts/bench_text.py runs/recipe --data ../shared/data [--beam 5] [--evaluate]
 """
 
 from __future__ import annotations
@@ -68,6 +72,30 @@ def post(address: str, texts: list[str], beam: int) -> list[str]:
     return out
 
 
+def evaluate_default(model: str, data: Path, beam: int) -> None:
+    """--evaluate: BLEU with and without splitting, per test set (see the docstring)."""
+    from mt.decoding.engine import open_translator
+    from mt.text import Layouts, translate_texts
+
+    translator = open_translator(model, device="cpu", decode=[f"decode.beam={beam}"])
+    for name in ("tatoeba_en_es.test", "flores200_devtest_en_es"):
+        pairs = read_pairs_jsonl(data / f"{name}.jsonl.gz", "en", "es")
+        sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
+        several = [i for i, s in enumerate(sources) if len(Layouts([s]).sentences) > 1]
+        whole = translator.translate(sources)
+        split = list(whole)
+        for i, text in zip(several, translate_texts(translator, [sources[i] for i in several])):
+            split[i] = text
+        row = {"set": name, "lines": len(sources), "several_sentences": len(several)}
+        for key, hyps in (("whole", whole), ("split", split)):
+            row[key] = bleu_chrf(hyps, refs)
+            if several:
+                row[f"{key}_several"] = bleu_chrf(
+                    [hyps[i] for i in several], [refs[i] for i in several]
+                )
+        print(json.dumps(row), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
@@ -76,7 +104,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--evaluate", action="store_true", help="mt evaluate's default")
     args = parser.parse_args()
+    if args.evaluate:
+        evaluate_default(args.model, args.data, args.beam)
+        return
     sources, references = paragraphs(args.data, args.paragraphs, args.seed)
     refs = [" ".join(r) for r in references]
     with tempfile.TemporaryDirectory() as tmp:

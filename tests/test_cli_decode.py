@@ -356,3 +356,23 @@ def test_python_dash_m_mt_runs_the_cli():
         [sys.executable, "-m", "mt", "--version"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0 and result.stdout.startswith("mt "), result.stderr
+
+
+def test_evaluate_splits_a_line_of_sentences_unless_told_not_to(cli_main, run_dir, tmp_path):
+    lines = ["Hello. I like music.", "The coffee is hot."]
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    ref.write_text("Hola. Me gusta la música.\nEl café está caliente.\n", encoding="utf-8")
+    translator = open_translator(run_dir, device="cpu", decode=["decode.beam=1"])
+    for option, want in (
+        ("--split-sentences", translate_texts(translator, lines)),
+        ("--no-split-sentences", translator.translate(lines)),
+    ):
+        out = tmp_path / f"{option}.txt"
+        args = ("--src", str(src), "--ref", str(ref), "--beam", "1", "--out", str(out), option)
+        code, _, err = cli_main("evaluate", str(run_dir), *args)
+        assert code == 0, err
+        assert out.read_text(encoding="utf-8").splitlines() == want
+    assert translate_texts(translator, lines)[0] == " ".join(
+        translator.translate(lines[0].split(" ", 1))
+    )

@@ -211,8 +211,11 @@ def evaluate_command(
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
     split_sentences: Annotated[
-        bool, split_option("Default: not split (a test set is one sentence a line).")
-    ] = False,
+        bool,
+        split_option(
+            "Default: split (a test line of two sentences scores better so: docs/benchmarks.md)."
+        ),
+    ] = True,
 ) -> None:
     """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
     from ..decoding.evaluate import evaluate, evaluation_set
