@@ -130,6 +130,7 @@ def test_inline_tags_go_where_their_words_went():
         "<table><td>cell<p>in a cell</table>text</b></i>",
         "<<<>>> & &bogus; <a href='x>y",
         "<b>x</b>tail and <script>never closed",
+        "<div>" * 3000 + "deep",  # nested deeper than Python's recursion limit
     ],
 )
 def test_malformed_html_is_read_as_a_browser_reads_it(markup):

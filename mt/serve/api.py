@@ -152,7 +152,7 @@ class Api:
         )
         request.scope["mt.texts"] = len(texts)
         if fields.get("format") == "html":
-            documents = read_markups(texts, single, self.settings)
+            documents = await read_markups(texts, single, self.settings)
             written = await self._translate_documents(documents, beam)
             found = [[(data.decode("utf-8"), math.nan)] for data in written]  # no score
         else:
@@ -207,9 +207,12 @@ class Api:
 
     async def _translate_documents(self, documents: list[Document], beam: int) -> list[bytes]:
         """Each document translated, all their texts decoded together."""
+        from starlette.concurrency import run_in_threadpool
+
         requests = [text for doc in documents for text in doc.requests()]
         found = await self._translate_all(requests, beam)  # what translate_documents asks for
-        return translate_documents(documents, lambda texts: found)
+        # written in a worker thread, as they were read (requests.read_file)
+        return await run_in_threadpool(translate_documents, documents, lambda texts: found)
 
     @endpoint
     async def translate_file(self, request: Any) -> Any:
