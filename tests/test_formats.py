@@ -130,6 +130,7 @@ def test_inline_tags_go_where_their_words_went():
         "<table><td>cell<p>in a cell</table>text</b></i>",
         "<<<>>> & &bogus; <a href='x>y",
         "<b>x</b>tail and <script>never closed",
+        "<div>" * 3000 + "deep",  # nested deeper than Python's recursion limit
     ],
 )
 def test_malformed_html_is_read_as_a_browser_reads_it(markup):
@@ -142,6 +143,9 @@ def test_malformed_html_is_read_as_a_browser_reads_it(markup):
 
 def test_docx_keeps_styles_runs_tables_and_headers():
     docx = pytest.importorskip("docx")
+    from docx.oxml import parse_xml
+    from docx.oxml.ns import nsdecls
+
     made = docx.Document()
     made.add_heading("A short title", 1)
     paragraph = made.add_paragraph("I went to ", style="List Bullet")
@@ -151,6 +155,11 @@ def test_docx_keeps_styles_runs_tables_and_headers():
     table.cell(0, 0).text, table.cell(1, 1).text = "Hello.", "The cat sleeps."
     table.cell(0, 1).merge(table.cell(0, 0))
     made.sections[0].header.paragraphs[0].text = "My header"
+    control = parse_xml(  # a content control, as Word's templates hold titles
+        f"<w:sdt {nsdecls('w')}><w:sdtContent><w:p><w:r><w:t>In a control.</w:t></w:r></w:p>"
+        "</w:sdtContent></w:sdt>"
+    )
+    made.element.body.insert(0, control)
     data = io.BytesIO()
     made.save(data)
     (out,) = translate_documents([read_document("a.docx", data.getvalue())], upper)
@@ -164,6 +173,7 @@ def test_docx_keeps_styles_runs_tables_and_headers():
     assert back.paragraphs[0].text == "A SHORT TITLE"
     assert [c.text for c in back.tables[0]._cells] == [c.text.upper() for c in table._cells]
     assert back.sections[0].header.paragraphs[0].text == "MY HEADER"
+    assert "IN A CONTROL." in back.element.body.xml
 
 
 def test_odt_keeps_headings_spans_and_tables():

@@ -39,10 +39,7 @@ def read_html(text: str) -> Document:
     whole = bool(DOCUMENT_START.match(text))
     tree = LexborHTMLParser(text, is_fragment=not whole)
     top = [tree.root] if whole else _siblings(tree.root)
-    runs: list[list[tuple[Any, bool]]] = [[]]
-    for node in top:
-        _visit(node, runs)
-    runs = [run for run in runs if run]
+    runs = [run for run in _runs(top) if run]
     blocks = [Block([_text(n, kept) for n, kept in run]) for run in runs]
     for block, run in zip(blocks, runs):
         block.kept |= {i for i, (_, kept) in enumerate(run) if kept}
@@ -65,25 +62,31 @@ def _siblings(node: Any) -> list[Any]:
     return found
 
 
-def _visit(node: Any, runs: list[list[tuple[Any, bool]]]) -> None:
-    """Add `node`'s text nodes to the current run (runs[-1]); a block boundary starts one."""
-    if node.is_text_node:
-        runs[-1].append((node, False))
-        return
-    if not node.is_element_node and not node.is_document_node:
-        return  # a comment or a doctype: it neither holds text nor breaks a sentence
-    tag = (node.tag or "").lower()
-    if tag in KEPT_INLINE:
-        runs[-1].append((node, True))
-        return
-    inline = tag in INLINE
-    if not inline:
-        runs.append([])
-    if tag not in UNTOUCHED:
-        for child in _siblings(node.child):  # (iter() of a fragment's node yields its siblings)
-            _visit(child, runs)
-    if not inline:
-        runs.append([])
+def _runs(top: list[Any]) -> list[list[tuple[Any, bool]]]:
+    """The runs of text nodes (and kept inline elements) between block boundaries, in
+    document order: (node, kept) each. A loop, not recursion: a page may nest deeply."""
+    runs: list[list[tuple[Any, bool]]] = [[]]
+    todo = [(node, False) for node in reversed(top)]
+    while todo:
+        node, closing = todo.pop()
+        if closing:  # a block's end
+            runs.append([])
+            continue
+        if node.is_text_node:
+            runs[-1].append((node, False))
+            continue
+        if not node.is_element_node and not node.is_document_node:
+            continue  # a comment or a doctype: it neither holds text nor breaks a sentence
+        tag = (node.tag or "").lower()
+        if tag in KEPT_INLINE:
+            runs[-1].append((node, True))
+            continue
+        if tag not in INLINE:  # a block: a run ends before it and after it
+            runs.append([])
+            todo.append((node, True))
+        if tag not in UNTOUCHED:  # (iter() of a fragment's node would yield its siblings)
+            todo += [(child, False) for child in reversed(_siblings(node.child))]
+    return runs
 
 
 def _text(node: Any, kept: bool) -> str:

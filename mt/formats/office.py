@@ -14,7 +14,8 @@ Piece = tuple[str, Callable[[str], None] | None]  # its text, how to replace it 
 
 
 def read_docx(data: bytes) -> Document:
-    """A .docx file's paragraphs (body, tables, headers and footers) as blocks of runs."""
+    """A .docx file's paragraphs as blocks of runs: the body's (tables, content controls and
+    text boxes included), the headers' and the footers'."""
     import docx
 
     document = docx.Document(io.BytesIO(data))
@@ -32,20 +33,14 @@ def _headers_and_footers(document: Any) -> Iterator[Any]:
 
 
 def _docx_paragraphs(container: Any) -> Iterator[Any]:
-    """The paragraphs of a body, cell, header or footer, those of its tables included (a
-    merged cell once)."""
-    from docx.table import Table
+    """Every paragraph of a document, header or footer, in order, however deep: in table
+    cells (a merged cell once), content controls and text boxes, which python-docx's
+    iter_inner_content does not reach."""
+    from docx.oxml.ns import qn
+    from docx.text.paragraph import Paragraph
 
-    for item in container.iter_inner_content():
-        if isinstance(item, Table):
-            seen = set()
-            for row in item.rows:
-                for cell in row.cells:
-                    if id(cell._tc) not in seen:  # a merged cell is listed once per grid column
-                        seen.add(id(cell._tc))
-                        yield from _docx_paragraphs(cell)
-        else:
-            yield item
+    for p in container.part.element.iter(qn("w:p")):
+        yield Paragraph(p, container)
 
 
 def _docx_runs(paragraph: Any) -> Iterator[Any]:

@@ -175,7 +175,7 @@ class Api:
         request.scope["mt.texts"] = len(texts)
         if fields.get("format") == "html":  # its text's language is not identified
             taken = None
-            documents = read_markups(texts, single, self.settings)
+            documents = await read_markups(texts, single, self.settings)
             written = await self._translate_documents(documents, beam)
             found = [[(data.decode("utf-8"), math.nan)] for data in written]  # no score
         else:
@@ -250,9 +250,12 @@ class Api:
 
     async def _translate_documents(self, documents: list[Document], beam: int) -> list[bytes]:
         """Each document translated, all their texts decoded together."""
+        from starlette.concurrency import run_in_threadpool
+
         requests = [text for doc in documents for text in doc.requests()]
         found = [hyps[0][0] for hyps in await self._translate_texts(requests, beam, 1)]
-        return translate_documents(documents, lambda texts: found)  # what it asks for
+        # written in a worker thread, as they were read (requests.read_file)
+        return await run_in_threadpool(translate_documents, documents, lambda texts: found)
 
     @endpoint
     async def translate_file(self, request: Any) -> Any:

@@ -96,16 +96,19 @@ def check_limits(texts: list[str], settings: Settings) -> None:
         check_length(text, settings, f"q[{i}]")
 
 
-def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Document]:
+async def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Document]:
     """The HTML texts of a /translate request with `format: html`, each within --max-chars
-    counted on its text, not its markup; one of markup only is refused."""
+    counted on its text, not its markup; one of markup only is refused. Parsed in a worker
+    thread: a large page takes a while, and the other requests go on meanwhile."""
+    from starlette.concurrency import run_in_threadpool
+
     if len(texts) > settings.max_texts:
         check_limits(texts, settings)
     documents = []
     for i, text in enumerate(texts):
         where = "q" if single else f"q[{i}]"
         try:
-            documents.append(read_markup(text, where))
+            documents.append(await run_in_threadpool(read_markup, text, where))
         except DocumentError as e:
             raise BadRequest(400, str(e)) from None
         check_length(" ".join(documents[-1].units), settings, where)
@@ -169,6 +172,8 @@ async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, 
     """A /translate_file request's file (multipart/form-data: `file`, `source`, `target`,
     `api_key`): its safe name and the document read from it (FILE_FORMATS), each of its
     texts within --max-chars; a file it cannot read is refused, naming it."""
+    from starlette.concurrency import run_in_threadpool
+
     if content_type(request) != MULTIPART_TYPE:
         raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
     body = await read_body(request, settings.max_body)
@@ -184,8 +189,8 @@ async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, 
     check_languages(values, info["source"], info["target"])
     filename, data = fields["file"]
     name = re.sub(r"[^\w.-]", "_", Path(filename).name).lstrip(".") or "file.txt"
-    try:
-        document = read_document(filename, data)
+    try:  # in a worker thread, as read_markups
+        document = await run_in_threadpool(read_document, filename, data)
     except DocumentError as e:
         raise BadRequest(400, str(e)) from None
     for number, block in enumerate(document.blocks, start=1):
