@@ -57,6 +57,15 @@ def test_an_unknown_language_is_one_clear_line():
     assert language.filter_languages(DataConfig(filter_language=True)) == ("en", "es")
 
 
+def test_prepare_refuses_a_language_it_cannot_identify_before_any_work(cli_main, tmp_path):
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", PAIRS, tgt="xx")
+    args = prepare_args(corpus, tmp_path / "run", "--set", "data.filter_language=true")
+    code, out, err = cli_main(*args, "--set", "data.tgt_lang=xx")
+    assert (code, out) == (2, "")
+    assert err == "mt: error: data.filter_language: 'xx' is not a language the identifier knows\n"
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_filter_drops_copies_and_sides_in_the_other_language():
     src = [ENGLISH, SPANISH, ENGLISH, "Tom.", "I am very happy today."]
     tgt = [SPANISH, SPANISH, "Where is the  nearest TRAIN station?", "Tom.", "Hoy estoy muy feliz."]

@@ -23,8 +23,9 @@ from ..config import DataConfig
 from ..errors import ConfigError, MtError
 from .scan import source_key
 
-# data.filter_language drops a side identified as the other language with at least this
-# confidence: on Tatoeba, 0.8 drops no clean pair in 10,000 and still catches 99% of swaps
+# a side identified as the other language with at least this confidence is dropped by
+# data.filter_language (and a text sent to the server with source auto is returned as it is):
+# on the Tatoeba train file 0.8 drops 14 of 107,675 clean pairs and 99.1% of Spanish sources
 CONFIDENT = 0.8
 KEPT, WRONG_LANGUAGE, COPY = range(3)  # what the filter says of a pair
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")

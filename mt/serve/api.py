@@ -206,9 +206,9 @@ class Api:
 
     async def _identify(self, texts: list[str], info: dict) -> list[list[dict[str, Any]]]:
         """Each text's candidate languages, best first, identified in a thread (the first
-        call loads the identifier's model): a text is identified as a whole, so a text of
-        two languages gets the one most of it is in. A tie (nothing to go by: a name, a
-        number) goes to the source language."""
+        call loads the identifier's model) sentence by sentence (mt.data.language): a text
+        of two languages gets the one most of its characters are in. A tie (nothing to go
+        by: a name, a number) goes to the source language."""
         from starlette.concurrency import run_in_threadpool
 
         def rank() -> list[list[dict[str, Any]]]:
