@@ -212,13 +212,14 @@ def run(
     return results
 
 
-def train(corpus: Path, run_dir: Path, updates: int, log: Path) -> dict:
-    """`updates` updates of `mt train` (fp32, health checks on) on the store in `run_dir`."""
-    args = mt(ROOT, "train", "--config", CONFIG, *data_sets(corpus), "--set", f"run.dir={run_dir}")
+def train(corpus: Path, run_dir: Path, updates: int, log: Path, code: Path = ROOT) -> dict:
+    """`updates` updates of `mt train` (fp32, health checks on) on the store in `run_dir`, by
+    the checkout `code`."""
+    args = mt(code, "train", "--config", CONFIG, *data_sets(corpus), "--set", f"run.dir={run_dir}")
     args += ["--set", f"train.max_steps={updates}", "--set", "train.max_minutes=0"]
     args += ["--set", "train.precision=fp32", "--set", "train.health_checks=true"]
     args += ["--set", "train.log_every=1", "--set", "train.save_every=100000", "--restart"]
-    got = measure(args, log, marker=r"^step 1[/:]")  # step 1/20: or step 1:
+    got = measure(args, log, marker=r"^step 1[/:]", cwd=code)  # step 1/20: or step 1:
     got.pop("out")
     return {**got, "updates": updates}
 

@@ -127,6 +127,8 @@ class Batches:
         if m not in plan.planned:
             index = plan.order(m)
             lengths = plan.split.src.lengths(index), plan.split.tgt.lengths(index)
+            plan.split.src.release()  # the offsets read: unmapped (`Sentences.release`)
+            plan.split.tgt.release()
             key = int(np.random.SeedSequence([self.seed, plan.epoch, m]).generate_state(1)[0])
             if self.pack_length:
                 rows = pack_rows(*lengths, self.pack_length, self.rows, key, 0)
@@ -190,6 +192,8 @@ class Batches:
             )
         else:
             arrays = collate(plan.split, batch)
+        plan.split.src.release()  # a batch's pages read: unmapped (`Sentences.release`)
+        plan.split.tgt.release()
         tensors = map_batch(torch.from_numpy, arrays)
         return map_batch(torch.Tensor.pin_memory, tensors) if self.pin else tensors
 

@@ -14,6 +14,7 @@ object per sentence, pages read from disk as batches touch them.
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +35,24 @@ def token_dtype(vocab_size: int) -> np.dtype:
 class Sentences(Sequence):
     """One side of a split: sentence i's token ids are `ids[offsets[i]:offsets[i + 1]]`."""
 
-    def __init__(self, ids: np.ndarray, offsets: np.ndarray, counts: np.ndarray | None = None):
+    def __init__(
+        self,
+        ids: np.ndarray,
+        offsets: np.ndarray,
+        counts: np.ndarray | None = None,
+        maps: tuple[mmap.mmap, ...] = (),
+    ) -> None:
         self.ids, self.offsets = ids, offsets
         self._counts = counts  # of each token id, where the store kept them
+        self._maps = maps  # the files `ids` and `offsets` are mapped from, if they are
+
+    def release(self) -> None:
+        """Unmap the pages of the files that this process has read: they stay in the page
+        cache, and the next read maps them again. A mapped page counts to the process's
+        memory (RSS) until then, and the kernel maps a large folio (megabytes) a fault:
+        batches drawn from all over the store would map all of it."""
+        for mapped in self._maps:
+            mapped.madvise(mmap.MADV_DONTNEED)
 
     def counts(self) -> np.ndarray:
         """How often each token id occurs (int64, up to the largest id at least): as the store
@@ -46,6 +62,7 @@ class Sentences(Sequence):
             for start in range(0, len(self.ids), COUNT_STEP):
                 step = np.bincount(self.ids[start : start + COUNT_STEP])
                 self._counts = added(self._counts, step)
+            self.release()
         return self._counts
 
     @classmethod
@@ -166,11 +183,13 @@ def open_split(folder: Path, name: str, layout: dict[str, Any]) -> Split:
     sides = []
     for side in SIDES:
         ids_file, offsets_file = store_files(folder, name, side)
-        ids = _map(ids_file, np.dtype(layout["dtype"]), layout["tokens"][side])
-        offsets = _map(offsets_file, np.dtype(np.int64), layout["pairs"] + 1)
+        ids, ids_map = _map(ids_file, np.dtype(layout["dtype"]), layout["tokens"][side])
+        offsets, offsets_map = _map(offsets_file, np.dtype(np.int64), layout["pairs"] + 1)
         if offsets[0] != 0 or offsets[-1] != len(ids):
             raise ValueError(f"{name}.{side}: offsets do not match the tokens")
-        sides.append(Sentences(ids, offsets, _counts(folder / f"{name}.{side}.counts", len(ids))))
+        counts = _counts(folder / f"{name}.{side}.counts", len(ids))
+        maps = tuple(m for m in (ids_map, offsets_map) if m is not None)
+        sides.append(Sentences(ids, offsets, counts, maps))
     return Split(*sides)
 
 
@@ -185,9 +204,12 @@ def _counts(path: Path, tokens: int) -> np.ndarray | None:
     return counts
 
 
-def _map(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
+def _map(path: Path, dtype: np.dtype, count: int) -> tuple[np.ndarray, mmap.mmap | None]:
+    """The file as a read-only array (slices: plain views) and its mapping (None: empty)."""
     if path.stat().st_size != count * dtype.itemsize:
         raise ValueError(f"{path}: {path.stat().st_size} bytes, not {count * dtype.itemsize}")
     if count == 0:  # an empty file cannot be mapped
-        return np.zeros(0, dtype)
-    return np.memmap(path, dtype, "r", shape=(count,)).view(np.ndarray)  # slices: plain views
+        return np.zeros(0, dtype), None
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, dtype, count), mapped
