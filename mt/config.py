@@ -193,6 +193,17 @@ class DecodeConfig:
     # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
     # translations (bf16's differ a little) depend on the machine's load (README)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
+    # more checkpoints of the same tokenizers decoded with the model as one ensemble: each
+    # step averages the models' probabilities (fairseq's rule)
+    ensemble: list[str] | None = resumable(None)  # noqa: RUF009 (None is immutable)
+    # sample each token instead of searching: softmax(logits / temperature) over the top_k
+    # most likely tokens (0: all) and the fewest whose probabilities reach top_p (1: all);
+    # nbest samples per source, seeded by decode.seed (None: run.seed)
+    sampling: bool = resumable(False)
+    temperature: float = resumable(1.0)
+    top_k: int = resumable(0)
+    top_p: float = resumable(1.0)
+    seed: int | None = resumable(None)
 
 
 @dataclass
@@ -293,8 +304,13 @@ def _check_decode(d: DecodeConfig, fail: Fail) -> None:
     _positive(fail, "decode.", d, "beam", "nbest")
     _non_negative(fail, "decode.", d, "alpha", "max_len_a", "max_len_b", "no_repeat_ngram")
     _non_negative(fail, "decode.", d, "batch_tokens")
-    if d.nbest > d.beam:
+    if d.nbest > d.beam and not d.sampling:
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
+    if d.temperature <= 0:
+        fail("decode.temperature", f"must be above 0, got {d.temperature}")
+    if not 0 < d.top_p <= 1:
+        fail("decode.top_p", f"must be in (0, 1], got {d.top_p}")
+    _non_negative(fail, "decode.", d, "top_k")
 
 
 def _check_data(config: Config, fail: Fail, check_files: bool) -> None:

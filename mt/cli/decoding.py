@@ -26,14 +26,16 @@ def _open(
     device: str,
     engine: str = "torch",
     threads: int = 0,
+    ensemble: list[str] | None = None,
     **options: int | None,
 ):
     """The translator of a decoding command: --set decode.* and then the command's own
-    options (--beam ...) over the model's decode section."""
+    options (--beam ...) over the model's decode section; `ensemble`: more checkpoints
+    decoded with `checkpoint` as one model."""
     from ..decoding.engine import decode_options, open_translator
 
     decode = [*(overrides or []), *decode_options(**options)]
-    return open_translator(checkpoint, engine, device, threads, decode, config)
+    return open_translator(checkpoint, engine, device, threads, decode, config, ensemble or ())
 
 
 EngineOption = Annotated[
@@ -71,6 +73,17 @@ BatchTokensOption = Annotated[
     typer.Option("--batch-tokens", help="Source tokens a batch (decode.batch_tokens)."),
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
+EnsembleOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--checkpoint",
+        help="Another checkpoint of the same tokenizers, decoded with CHECKPOINT as one "
+        "ensemble (the mean of their probabilities). Repeatable.",
+    ),
+]
+SeedOption = Annotated[
+    int | None, typer.Option(help="Seed of decode.sampling (decode.seed; default run.seed).")
+]
 
 
 @app.command(name="translate")
@@ -79,7 +92,14 @@ def translate_command(
     file: Annotated[
         str | None, typer.Option("--file", "-f", help="One sentence a line; - for stdin.")
     ] = None,
-    checkpoint: CheckpointOption = None,
+    checkpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--checkpoint",
+            help="Run folder (its best, else last), checkpoint folder or weights file. "
+            "Default: the newest run under ./runs. Repeated: an ensemble of them.",
+        ),
+    ] = None,
     config: DecodeConfigOption = None,
     set_: DecodeSetOption = None,
     beam: BeamOption = None,
@@ -88,6 +108,10 @@ def translate_command(
         typer.Option(help="Translations per input (decode.nbest): index, rank, score, text."),
     ] = None,
     batch_tokens: BatchTokensOption = None,
+    prefix: Annotated[
+        str | None, typer.Option(help="Target text every translation starts with.")
+    ] = None,
+    seed: SeedOption = None,
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
@@ -95,22 +119,26 @@ def translate_command(
     """Translate English to Spanish: arguments, a file, stdin, or an interactive prompt.
 
     With --nbest N > 1 each line is INDEX<TAB>RANK<TAB>SCORE<TAB>TRANSLATION (INDEX from 0,
-    RANK from 1, SCORE the length-normalised log-probability).
+    RANK from 1, SCORE the length-normalised log-probability). --set decode.sampling=true
+    samples instead of searching (decode.temperature, top_k, top_p; --nbest samples each).
     """
     lines, interactive = _input_lines(texts, file)
+    first, *others = checkpoint or [None]
     translator = _open(
-        checkpoint,
+        first,
         config,
         set_,
         device,
         engine,
         threads,
+        others,
         beam=beam,
         nbest=nbest,
         batch_tokens=batch_tokens,
+        seed=seed,
     )
     if not interactive:
-        _print_translations(translator, lines)
+        _print_translations(translator, lines, prefix)
         return
     typer.echo(f"mt: translating with {translator.path} (Ctrl-D to quit)", err=True)
     while True:
@@ -119,7 +147,7 @@ def translate_command(
         if not line:
             typer.echo(err=True)
             return
-        _print_translations(translator, [line.rstrip("\n")])
+        _print_translations(translator, [line.rstrip("\n")], prefix)
 
 
 def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], bool]:
@@ -138,9 +166,11 @@ def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], 
     return lines, interactive
 
 
-def _print_translations(translator, batch: list[str]) -> None:
-    """Each translation on a line, or with --nbest N > 1: INDEX, RANK, SCORE, TRANSLATION."""
-    found = translator.translate_nbest(batch, progress=len(batch) > 100)
+def _print_translations(translator, batch: list[str], prefix: str | None = None) -> None:
+    """Each translation on a line, or with --nbest N > 1: INDEX, RANK, SCORE, TRANSLATION;
+    each starting with `prefix` if given."""
+    prefixes = None if prefix is None else [prefix] * len(batch)
+    found = translator.translate_nbest(batch, progress=len(batch) > 100, prefixes=prefixes)
     for i, hyps in enumerate(found):
         if translator.config.decode.nbest == 1:
             typer.echo(hyps[0][0])
@@ -164,9 +194,11 @@ def evaluate_command(
     ] = None,
     src: Annotated[str | None, typer.Option(help="External source file, one per line.")] = None,
     ref: Annotated[str | None, typer.Option(help="Its references, one per line.")] = None,
+    ensemble: EnsembleOption = None,
     config: DecodeConfigOption = None,
     set_: DecodeSetOption = None,
     beam: BeamOption = None,
+    seed: SeedOption = None,
     out: Annotated[str | None, typer.Option(help="Write the hypotheses to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     batch_tokens: BatchTokensOption = None,
@@ -179,7 +211,16 @@ def evaluate_command(
     from ..files import atomic_write_text
 
     translator = _open(
-        checkpoint, config, set_, device, engine, threads, beam=beam, batch_tokens=batch_tokens
+        checkpoint,
+        config,
+        set_,
+        device,
+        engine,
+        threads,
+        ensemble,
+        beam=beam,
+        batch_tokens=batch_tokens,
+        seed=seed,
     )
     # an exported folder evaluates on the split of the run it was exported from
     found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
@@ -204,6 +245,7 @@ def score_command(
         str, typer.Option(help="The pairs to score, in any corpus format (.jsonl, .csv ...).")
     ],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object a pair.")] = False,
+    ensemble: EnsembleOption = None,
     config: DecodeConfigOption = None,
     set_: DecodeSetOption = None,
     batch_tokens: BatchTokensOption = None,
@@ -219,7 +261,9 @@ def score_command(
 
     if not Path(pairs).is_file():
         raise ConfigError(f"--pairs {pairs}: no such file")
-    translator = _open(checkpoint, config, set_, device, "torch", batch_tokens=batch_tokens)
+    translator = _open(
+        checkpoint, config, set_, device, "torch", 0, ensemble, batch_tokens=batch_tokens
+    )
     found = read_pairs([pairs], translator.config.data, "--pairs")
     scores = translator.score(found)
     for (src, tgt), s in zip(found, scores):

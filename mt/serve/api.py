@@ -28,6 +28,7 @@ from .batcher import BadRequest, Service
 from .requests import (
     FILE_FORMATS,
     check_limits,
+    parse_prefixes,
     parse_request,
     read_body,
     read_fields,
@@ -142,8 +143,9 @@ class Api:
             fields, form, self.service.beam, info["source"], info["target"]
         )
         check_limits(texts, self.settings)
+        prefixes = parse_prefixes(fields, len(texts))
         request.scope["mt.texts"] = len(texts)
-        found = await self.service.submit(texts, beam, alternatives + 1)
+        found = await self.service.submit(texts, beam, alternatives + 1, prefixes)
         seconds = time.perf_counter() - started
         return _json(answer(found, single, auto, info, beam, seconds))
 

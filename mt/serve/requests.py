@@ -15,7 +15,7 @@ from .batcher import BadRequest, Settings
 MAX_BEAM = 16
 DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this, so that the
 # client reads our 413 rather than a connection reset
-FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam")
+FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam", "prefix")
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
 FILE_FORMATS = (".txt",)  # /translate_file: one text a line
@@ -48,6 +48,22 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
     if alternatives >= beam:
         raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
     return texts, single, beam, alternatives, fields.get("source") == "auto"
+
+
+def parse_prefixes(fields: dict[str, Any], count: int) -> list[str] | None:
+    """The `prefix` field of a request of `count` texts: the target text every translation
+    starts with, or a list of one per text; None when absent."""
+    if "prefix" not in fields:
+        return None
+    value = fields["prefix"]
+    prefixes = [value] * count if isinstance(value, str) else value
+    if not (isinstance(prefixes, list) and all(isinstance(p, str) for p in prefixes)) or (
+        len(prefixes) != count
+    ):
+        raise BadRequest(
+            400, f"prefix: expected a string or a list of {count} strings, got {_kind(value)}"
+        )
+    return prefixes
 
 
 def check_languages(fields: dict[str, Any], source: str, target: str) -> None:

@@ -1,0 +1,106 @@
+"""`mt translate`, `evaluate` and `score` with an ensemble, sampling and a prefix, and their bad
+input: one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import PAIRS, write_jsonl
+from test_cli_decode import run_dir  # noqa: F401  (the module's trained tiny run)
+
+from mt import checkpoint
+
+SENTENCES = ["Hello.", "The coffee is hot and the water is cold.", "I like music."]
+
+
+def other_tokenizer_checkpoint(run_dir, tmp_path):  # noqa: F811
+    """The run's weights with a target tokenizer of the same size but two symbols' ids
+    swapped."""
+    state, meta = checkpoint.load_weights(checkpoint.resolve(run_dir))
+    other = json.loads(meta["tgt_tokenizer"])
+    vocab = other["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[-2:]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    bad = tmp_path / "other.safetensors"
+    checkpoint.save_weights(bad, dict(state), dict(meta, tgt_tokenizer=json.dumps(other)))
+    return bad
+
+
+def test_an_ensemble_of_a_checkpoint_with_itself_translates_and_scores_as_it(
+    cli_main,
+    run_dir,  # noqa: F811
+    tmp_path,
+):
+    one = ["--checkpoint", str(run_dir)]
+    args = ["--beam", "3", "--nbest", "2", *SENTENCES]
+    code, alone, err = cli_main("translate", *one, *args)
+    assert code == 0, err
+    code, together, err = cli_main("translate", *one, *one, *args)
+    assert code == 0, err
+    assert together == alone
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", PAIRS[:4])
+    code, alone, err = cli_main("score", str(run_dir), "--pairs", str(pairs))
+    assert code == 0, err
+    code, together, err = cli_main("score", str(run_dir), *one, "--pairs", str(pairs))
+    assert code == 0 and together == alone, err
+    code, alone, err = cli_main("evaluate", str(run_dir), "--pairs", str(pairs), "--json")
+    assert code == 0, err
+    code, together, err = cli_main("evaluate", str(run_dir), *one, "--pairs", str(pairs), "--json")
+    assert code == 0, err
+    assert json.loads(together)["bleu"] == json.loads(alone)["bleu"]
+    config = tmp_path / "ensemble.yaml"
+    config.write_text(f"decode: {{ensemble: [{run_dir}], beam: 3, nbest: 2}}\n")
+    code, by_key, err = cli_main("translate", *one, "-c", str(config), *SENTENCES)
+    assert code == 0 and by_key == cli_main("translate", *one, *args)[1], err
+
+
+def test_an_ensemble_of_other_tokenizers_is_refused(cli_main, run_dir, tmp_path):  # noqa: F811
+    bad = other_tokenizer_checkpoint(run_dir, tmp_path)
+    two = ["--checkpoint", str(run_dir), "--checkpoint", str(bad)]
+    code, out, err = cli_main("translate", *two, "Hi.")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "has another tgt tokenizer" in err
+
+
+def test_seeded_sampling_repeats_and_gives_n_samples(cli_main, run_dir):  # noqa: F811
+    args = ["translate", "--checkpoint", str(run_dir), "--set", "decode.sampling=true"]
+    args += ["--nbest", "3", *SENTENCES]
+    runs = [cli_main(*args, "--seed", seed) for seed in ("1", "1", "2")]
+    assert all(code == 0 for code, _, _ in runs), runs
+    assert runs[0][1] == runs[1][1] and runs[0][1] != runs[2][1]
+    # an undertrained model's samples may hold a newline byte: rows are the numbered lines
+    rows = [r for r in (line.split("\t") for line in runs[0][1].splitlines()) if len(r) == 4]
+    assert [(r[0], r[1]) for r in rows] == [(str(i), str(k)) for i in range(3) for k in (1, 2, 3)]
+    code, out, err = cli_main(*args)  # no --seed: run.seed
+    assert code == 0 and out == cli_main(*args)[1], err
+
+
+def test_a_prefix_starts_every_translation(cli_main, run_dir):  # noqa: F811
+    base = ["translate", "--checkpoint", str(run_dir), "--beam", "2"]
+    code, out, err = cli_main(*base, "--prefix", "Me gusta", *SENTENCES)
+    assert code == 0, err
+    assert all(line.startswith("Me gusta") for line in out.splitlines()), out
+    code, free, err = cli_main(*base, SENTENCES[1])
+    assert code == 0, err
+    words = free.split()
+    if len(words) > 1:  # the model's own first words change nothing
+        own = " ".join(words[: len(words) // 2])
+        assert cli_main(*base, "--prefix", own, SENTENCES[1])[1] == free
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "decode.temperature=0"], "decode.temperature: must be above 0, got 0.0"),
+        (["--set", "decode.temperature=-1"], "decode.temperature: must be above 0, got -1.0"),
+        (["--set", "decode.top_p=0"], "decode.top_p: must be in (0, 1], got 0.0"),
+        (["--set", "decode.top_p=1.5"], "decode.top_p: must be in (0, 1], got 1.5"),
+        (["--set", "decode.top_k=-2"], "decode.top_k: must not be negative"),
+        (["--prefix", "muy " * 60], "its prefix has"),
+    ],
+)
+def test_bad_sampling_and_prefix_options_exit_2(cli_main, run_dir, args, message):  # noqa: F811
+    code, out, err = cli_main("translate", "--checkpoint", str(run_dir), *args, "Hello.")
+    assert code == 2 and message in err and not out, err
+    assert len(err.strip().splitlines()) == 1
