@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import PAIRS, write_jsonl
+from conftest import PAIRS, sacrebleu_paired, write_jsonl
 from test_cli_decode import run_dir  # noqa: F401  (the module's trained tiny run)
 
 from mt import checkpoint
@@ -104,3 +104,52 @@ def test_bad_sampling_and_prefix_options_exit_2(cli_main, run_dir, args, message
     code, out, err = cli_main("translate", "--checkpoint", str(run_dir), *args, "Hello.")
     assert code == 2 and message in err and not out, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_paired_tests_equal_sacrebleus_command_line(cli_main, run_dir, tmp_path):  # noqa: F811
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("".join(en + "\n" for en, _ in PAIRS[:12]), encoding="utf-8")
+    ref.write_text("".join(es + "\n" for _, es in PAIRS[:12]), encoding="utf-8")
+    early = str(sorted((run_dir / "checkpoints").glob("step-*"))[0])
+    base, other = tmp_path / "base.txt", tmp_path / "other.txt"
+    common = ["--src", str(src), "--ref", str(ref), "--beam", "2"]
+    code, _, err = cli_main("evaluate", early, *common, "--out", str(other))
+    assert code == 0, err
+    code, out, err = cli_main(
+        "evaluate", str(run_dir), *common, "--out", str(base), "--system", early,
+        "--hyp", str(other), "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    rows = json.loads(out)["systems"]
+    assert [r["system"] for r in rows] == [str(run_dir), early, str(other)]
+    assert rows[1]["bleu"] == rows[2]["bleu"] and rows[1]["bleu_p_bs"] == rows[2]["bleu_p_bs"]
+    by_hand = {test: sacrebleu_paired(ref, [base, other], test) for test in ("bs", "ar")}
+    for metric, key in (("BLEU", "bleu"), ("chrF2", "chrf")):
+        for i, row in enumerate(rows[:2]):
+            score, mean, ci, p_bs = by_hand["bs"][i][metric]
+            mine = (row[key], row[f"{key}_mean"], row[f"{key}_ci"])
+            assert mine == pytest.approx((score, mean, ci), abs=5e-5)
+            if i:
+                assert row[f"{key}_p_bs"] == pytest.approx(p_bs, abs=5e-5)
+                p_ar = by_hand["ar"][i][metric][3]
+                assert row[f"{key}_p_ar"] == pytest.approx(p_ar, abs=5e-5)
+    code, out, err = cli_main("evaluate", str(run_dir), *common, "--hyp", str(other))
+    assert code == 0 and "p bs" in out and "baseline: " in out, err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--hyp", "missing.txt"], "--hyp missing.txt: no such file"),
+        (["--hyp", "SHORT"], "lines for 12 test sentences"),
+        (["--hyp", "SHORT", "--paired", "tt"], "--paired tt: expected bs, ar or both"),
+    ],
+)
+def test_bad_paired_test_input_exit_2(cli_main, run_dir, tmp_path, args, message):  # noqa: F811
+    src, ref, short = tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "short.txt"
+    src.write_text("".join(en + "\n" for en, _ in PAIRS[:12]), encoding="utf-8")
+    ref.write_text("".join(es + "\n" for _, es in PAIRS[:12]), encoding="utf-8")
+    short.write_text("una\n", encoding="utf-8")
+    args = [str(short) if a == "SHORT" else a for a in args]
+    code, out, err = cli_main("evaluate", str(run_dir), "--src", str(src), "--ref", str(ref), *args)
+    assert code == 2 and message in err and not out, err

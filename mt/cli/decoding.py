@@ -199,6 +199,27 @@ def evaluate_command(
     set_: DecodeSetOption = None,
     beam: BeamOption = None,
     seed: SeedOption = None,
+    system: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Another checkpoint to decode and compare with CHECKPOINT (the baseline) by "
+            "paired tests. Repeatable."
+        ),
+    ] = None,
+    hyp: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Another system's translations of the set, one a line, compared with "
+            "CHECKPOINT's by paired tests. Repeatable."
+        ),
+    ] = None,
+    paired: Annotated[
+        str,
+        typer.Option(
+            help="With --system or --hyp: bs (paired bootstrap resampling), ar (approximate "
+            "randomization) or both, through sacreBLEU."
+        ),
+    ] = "both",
     out: Annotated[str | None, typer.Option(help="Write the hypotheses to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     batch_tokens: BatchTokensOption = None,
@@ -206,9 +227,13 @@ def evaluate_command(
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
 ) -> None:
-    """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
+    """Translate a test set and score it with sacreBLEU: BLEU and chrF; with --system or
+    --hyp, whether the other systems differ from it significantly (p-values, 95% intervals)."""
+    from ..decoding import significance
     from ..decoding.evaluate import evaluate, evaluation_set
     from ..files import atomic_write_text
+
+    tests = significance.parse_tests(paired)
 
     translator = _open(
         checkpoint,
@@ -224,9 +249,18 @@ def evaluate_command(
     )
     # an exported folder evaluates on the split of the run it was exported from
     found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
+    given = significance.read_hypotheses(hyp or [], len(found[1]))
     result, hypotheses = evaluate(translator, *found)
     if out:
         atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
+    if system or hyp:
+        others = [
+            (path, _open(path, config, set_, device, engine, threads, beam=beam, seed=seed))
+            for path in system or []
+        ]
+        decoded = [(path, evaluate(other, *found)[1]) for path, other in others]
+        systems = [(checkpoint, hypotheses), *decoded, *given]
+        result["systems"] = significance.paired_tests(systems, found[2], tests)
     if as_json:
         typer.echo(json.dumps(result, ensure_ascii=False))
     else:
@@ -236,6 +270,8 @@ def evaluate_command(
             f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
             f"chrF {result['chrf']:.2f}  {result['chrf_signature']}"
         )
+        if "systems" in result:
+            typer.echo(significance.table(result["systems"], tests))
 
 
 @app.command(name="score")

@@ -149,7 +149,9 @@ class Service:
         prefixes = [p for job in jobs for p in job.prefixes or [""] * len(job.texts)]
         self.batches, self.decoded = self.batches + 1, self.decoded + len(texts)
         try:
-            found = self.translator.translate_nbest(texts, decode, prefixes=prefixes)
+            found = self.translator.translate_nbest(
+                texts, decode, False, prefixes if any(prefixes) else None
+            )
         except MtError as e:  # a request's input (a prefix too long): 400 to it alone
             if len(jobs) > 1:
                 for job in jobs:
