@@ -153,3 +153,46 @@ def test_bad_paired_test_input_exit_2(cli_main, run_dir, tmp_path, args, message
     args = [str(short) if a == "SHORT" else a for a in args]
     code, out, err = cli_main("evaluate", str(run_dir), "--src", str(src), "--ref", str(ref), *args)
     assert code == 2 and message in err and not out, err
+
+
+def test_constraints_and_a_glossary_are_in_every_translation(cli_main, run_dir, tmp_path):  # noqa: F811
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("perro\n\ncasa\tgrande\n", encoding="utf-8")
+    base = ["translate", "--checkpoint", str(run_dir), "--beam", "3"]
+    code, out, err = cli_main(*base, "--constraints", str(terms), *SENTENCES)
+    assert code == 0, err
+    first, second, third = out.splitlines()
+    assert "perro" in first and "casa" in third and "grande" in third
+    assert second == cli_main(*base, SENTENCES[1])[1].strip()  # no terms: as without
+    glossary = tmp_path / "glossary.tsv"
+    glossary.write_text("music\tmúsica\nCoffee\tcafé\n", encoding="utf-8")
+    code, out, err = cli_main(*base, "--glossary", str(glossary), *SENTENCES)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "café" in lines[1] and "música" in lines[2], out
+    code, out, err = cli_main(
+        "evaluate", str(run_dir), "--json", "--beam", "3", "--glossary", str(glossary),
+        "--pairs", str(write_jsonl(tmp_path / "p.jsonl", PAIRS[:6])),
+    )  # fmt: skip
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(
+    ("content", "option", "message"),
+    [
+        ("perro\tcan\tdog\n", "--glossary", "line 1: expected a source term and a target term"),
+        ("dog\n", "--glossary", "got 1 column(s)"),
+        ("dog\tperro\nDog\tcan\n", "--glossary", "line 2: conflicting constraints: 'Dog'"),
+        ("a\n", "--constraints", "1 lines for 2 texts"),
+        ("perro\t \nx\n", "--constraints", "text 1: constraint ' ' tokenizes to nothing"),
+        ("muy " * 60 + "\n\n", "--constraints", "text 1: its constraints need"),
+    ],
+)
+def test_bad_constraints_exit_2(cli_main, run_dir, tmp_path, content, option, message):  # noqa: F811
+    path = tmp_path / "terms.tsv"
+    path.write_text(content, encoding="utf-8")
+    code, out, err = cli_main(
+        "translate", "--checkpoint", str(run_dir), option, str(path), "Hello dog.", "Hi."
+    )
+    assert code == 2 and message in err and not out, err
+    assert len(err.strip().splitlines()) == 1

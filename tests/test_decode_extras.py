@@ -12,11 +12,13 @@ from test_model import pad, tiny_model
 
 from mt.config import DecodeConfig
 from mt.data.tokenizer import BOS, EOS, PAD
+from mt.decoding.constraints import Constraints, constrained_beam_search, encode_constraints
 from mt.decoding.ensemble import Ensemble
 from mt.decoding.sampling import allowed, sample
 from mt.decoding.scoring import score_ids
 from mt.decoding.search import Plan, beam_search, greedy, length_penalty, max_output_lengths
 from mt.decoding.translate import translate_ids
+from mt.errors import MtError
 
 
 def sources(src: torch.Tensor) -> list[list[int]]:
@@ -133,3 +135,47 @@ def test_a_prefix_starts_every_output_and_its_own_changes_nothing(beam):
         assert hyps and all(h.tokens[: len(prefix)] == prefix for h in hyps)
     sampled = translate_ids(model, ids, sample_cfg(seed=3), "cpu", prefixes=forced)
     assert all(h.tokens[: len(p)] == p for p, hyps in zip(forced, sampled) for h in hyps)
+
+
+def contains(tokens: list[int], phrase: list[int]) -> bool:
+    return any(tokens[i : i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
+
+
+@pytest.mark.parametrize("which", ["random", "trained"])
+def test_constrained_outputs_contain_their_terms_batched_with_free_sentences(which):
+    model, src = (random_model(), mixed_batch()) if which == "random" else trained()[:2]
+    src = src[:6]
+    cfg = DecodeConfig(beam=4, nbest=2, alpha=0.6)
+    terms = [[[7, 8]], None, [[9], [10, 11]], [[12]], None, [[13, 14, 15]]]
+    rules = [None if t is None else Constraints([[p] for p in t]) for t in terms]
+    found = constrained_beam_search(model, src, cfg, rules)
+    free = beam_search(model, src, cfg)
+    for i, (phrases, hyps) in enumerate(zip(terms, found)):
+        assert hyps
+        for h in hyps:
+            assert all(contains(h.tokens, p) for p in phrases or [])
+        expected = teacher_forced_logprobs(model, src[i], [h.tokens for h in hyps])
+        assert [h.logprob for h in hyps] == pytest.approx(expected, abs=1e-4)
+        if phrases is None:  # a sentence without constraints is searched as beam search does
+            assert [h.tokens for h in hyps][:1] == [h.tokens for h in free[i]][:1]
+        alone = constrained_beam_search(model, src[i : i + 1], cfg, rules[i : i + 1])[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in hyps]
+
+
+def test_a_constraint_the_best_output_meets_changes_nothing():
+    model, src, targets = trained()
+    cfg = DecodeConfig(beam=4, alpha=0.6)
+    rules = [Constraints([[[t[len(t) // 2]]]]) for t in targets]
+    assert [h[0].tokens for h in constrained_beam_search(model, src, cfg, rules)] == targets
+
+
+def test_constraints_that_cannot_be_are_refused():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"<pad>": 0, "<s>": 1, "</s>": 2, "a": 3, "b": 4}, "a"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    assert encode_constraints(tokenizer, [["b"], []], [5, 5])[1] is None
+    with pytest.raises(MtError, match="text 1: constraint ' ' tokenizes to nothing"):
+        encode_constraints(tokenizer, [[" "]], [5])
+    with pytest.raises(MtError, match="text 2: its constraints need 3 tokens, more than the 2"):
+        encode_constraints(tokenizer, [["a"], ["a b", "b"]], [5, 2])

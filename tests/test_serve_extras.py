@@ -39,3 +39,30 @@ def test_a_bad_prefix_is_a_400_to_its_request_alone(server, body, message):  # n
         (status, answer, _), (good_status, _, _) = bad.result(), good.result()
     assert (status, answer["error"][: len(message)]) == (400, message), answer
     assert good_status == 200
+
+
+def test_a_glossary_puts_its_terms_in_the_translations(server):  # noqa: F811
+    address, service = server
+    texts = ["I like music.", "Hello."]
+    glossary = {"Music": "música", "dog": "perro"}
+    status, answer, _ = call(address, "/translate", {"q": texts, "glossary": glossary})
+    assert status == 200, answer
+    assert "música" in answer["translatedText"][0]
+    want = service.translator.translate(texts, constraints=[["música"], []])
+    assert answer["translatedText"] == want
+
+
+@pytest.mark.parametrize(
+    ("glossary", "message"),
+    [
+        (["music", "música"], "glossary: expected an object of source terms to target terms"),
+        ({"music": 3}, "glossary: expected an object"),
+        ({"music": "música", "Music": "canción"}, "glossary: conflicting constraints for 'Music'"),
+        ({"music": " "}, "text 1: constraint ' ' tokenizes to nothing"),
+        ({"music": "muy " * 80}, "text 1: its constraints need"),
+    ],
+)
+def test_a_bad_glossary_is_a_400(server, glossary, message):  # noqa: F811
+    address, _ = server
+    status, answer, _ = call(address, "/translate", {"q": "I like music.", "glossary": glossary})
+    assert (status, answer["error"][: len(message)]) == (400, message), answer

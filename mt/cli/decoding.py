@@ -81,6 +81,16 @@ EnsembleOption = Annotated[
         "ensemble (the mean of their probabilities). Repeatable.",
     ),
 ]
+ConstraintsOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Target terms each translation must contain: a line per input, tab-separated."
+    ),
+]
+GlossaryOption = Annotated[
+    str | None,
+    typer.Option(help="source TAB target terms: an input with a source term must have its target."),
+]
 SeedOption = Annotated[
     int | None, typer.Option(help="Seed of decode.sampling (decode.seed; default run.seed).")
 ]
@@ -112,6 +122,8 @@ def translate_command(
         str | None, typer.Option(help="Target text every translation starts with.")
     ] = None,
     seed: SeedOption = None,
+    constraints: ConstraintsOption = None,
+    glossary: GlossaryOption = None,
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
@@ -137,8 +149,9 @@ def translate_command(
         batch_tokens=batch_tokens,
         seed=seed,
     )
+    steer = (prefix, constraints, glossary)
     if not interactive:
-        _print_translations(translator, lines, prefix)
+        _print_translations(translator, lines, *steer)
         return
     typer.echo(f"mt: translating with {translator.path} (Ctrl-D to quit)", err=True)
     while True:
@@ -147,7 +160,7 @@ def translate_command(
         if not line:
             typer.echo(err=True)
             return
-        _print_translations(translator, [line.rstrip("\n")], prefix)
+        _print_translations(translator, [line.rstrip("\n")], *steer)
 
 
 def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], bool]:
@@ -166,11 +179,16 @@ def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], 
     return lines, interactive
 
 
-def _print_translations(translator, batch: list[str], prefix: str | None = None) -> None:
+def _print_translations(
+    translator, batch: list[str], prefix: str | None, constraints: str | None, glossary: str | None
+) -> None:
     """Each translation on a line, or with --nbest N > 1: INDEX, RANK, SCORE, TRANSLATION;
-    each starting with `prefix` if given."""
+    each starting with `prefix` and containing the terms of `constraints` and `glossary`."""
+    from ..decoding.constraints import terms_of
+
     prefixes = None if prefix is None else [prefix] * len(batch)
-    found = translator.translate_nbest(batch, progress=len(batch) > 100, prefixes=prefixes)
+    terms = terms_of(batch, constraints, glossary)
+    found = translator.translate_nbest(batch, None, len(batch) > 100, prefixes, terms)
     for i, hyps in enumerate(found):
         if translator.config.decode.nbest == 1:
             typer.echo(hyps[0][0])
@@ -220,6 +238,8 @@ def evaluate_command(
             "randomization) or both, through sacreBLEU."
         ),
     ] = "both",
+    constraints: ConstraintsOption = None,
+    glossary: GlossaryOption = None,
     out: Annotated[str | None, typer.Option(help="Write the hypotheses to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     batch_tokens: BatchTokensOption = None,
@@ -230,6 +250,7 @@ def evaluate_command(
     """Translate a test set and score it with sacreBLEU: BLEU and chrF; with --system or
     --hyp, whether the other systems differ from it significantly (p-values, 95% intervals)."""
     from ..decoding import significance
+    from ..decoding.constraints import terms_of
     from ..decoding.evaluate import evaluate, evaluation_set
     from ..files import atomic_write_text
 
@@ -250,7 +271,8 @@ def evaluate_command(
     # an exported folder evaluates on the split of the run it was exported from
     found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
     given = significance.read_hypotheses(hyp or [], len(found[1]))
-    result, hypotheses = evaluate(translator, *found)
+    terms = terms_of(found[1], constraints, glossary)
+    result, hypotheses = evaluate(translator, *found, terms)
     if out:
         atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
     if system or hyp:
@@ -258,7 +280,7 @@ def evaluate_command(
             (path, _open(path, config, set_, device, engine, threads, beam=beam, seed=seed))
             for path in system or []
         ]
-        decoded = [(path, evaluate(other, *found)[1]) for path, other in others]
+        decoded = [(path, evaluate(other, *found, terms)[1]) for path, other in others]
         systems = [(checkpoint, hypotheses), *decoded, *given]
         result["systems"] = significance.paired_tests(systems, found[2], tests)
     if as_json:

@@ -42,11 +42,13 @@ class Translator(ABC):
         decode: DecodeConfig | None = None,
         progress: bool = False,
         prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[list[tuple[str, float]]]:
         """Up to `decode.nbest` (text, score) pairs per text, best first, in input order; the
         score is the length-normalised log-probability (NaN for greedy search). `decode`:
         this translator's own decode section unless given; `prefixes`: the target text each
-        translation must start with ("": none), one per text."""
+        translation must start with ("": none), one per text; `constraints`: the target terms
+        each must contain, a list per text."""
 
     def translate(
         self,
@@ -54,9 +56,11 @@ class Translator(ABC):
         decode: DecodeConfig | None = None,
         progress: bool = False,
         prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[str]:
         """The best translation of each text, in input order; an empty text gives ""."""
-        return [hyps[0][0] for hyps in self.translate_nbest(texts, decode, progress, prefixes)]
+        found = self.translate_nbest(texts, decode, progress, prefixes, constraints)
+        return [hyps[0][0] for hyps in found]
 
     def decoding(self, decode: DecodeConfig | None) -> DecodeConfig:
         """`decode` (None: the translator's own), its sampling seed run.seed unless set."""
@@ -105,13 +109,13 @@ class TorchTranslator(Translator):
         super().__init__(config, device, loaded.path, (loaded.src_tokenizer, loaded.tgt_tokenizer))
         self.model, self.metadata = loaded.model, loaded.metadata
 
-    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None):
+    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
         from .translate import translate_nbest
 
         tokenizers = (self.src_tokenizer, self.tgt_tokenizer)
         decode = self.decoding(decode)
         return translate_nbest(
-            self.model, *tokenizers, texts, decode, self.device, progress, prefixes
+            self.model, *tokenizers, texts, decode, self.device, progress, prefixes, constraints
         )
 
     def score(self, pairs, decode=None):
@@ -139,12 +143,12 @@ class CT2Translator(Translator):
         super().__init__(config, device, exported.path, tokenizers)
         self.exported, self.manifest = exported, exported.manifest
 
-    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None):
+    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
         decode = decode or self.config.decode
-        if decode.sampling or any(prefixes or ()):
+        if decode.sampling or any(prefixes or ()) or any(constraints or ()):
             raise ConfigError(
-                f"{self.path}: the ctranslate2 engine here neither samples nor takes a prefix; "
-                "decode the checkpoint it was exported from"
+                f"{self.path}: the ctranslate2 engine here neither samples nor takes a prefix "
+                "or constraints; decode the checkpoint it was exported from"
             )
         return ct2.translate_nbest(self.exported, texts, decode)
 

@@ -70,12 +70,17 @@ def evaluation_set(
 
 
 def evaluate(
-    translator: Translator, name: str, sources: list[str], references: list[str]
+    translator: Translator,
+    name: str,
+    sources: list[str],
+    references: list[str],
+    constraints: list[list[str]] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Translate `sources` (with a progress bar) and score them against `references`: (the
-    result `mt evaluate` prints, the hypotheses)."""
+    """Translate `sources` (with a progress bar; containing their `constraints`' terms if
+    given) and score them against `references`: (the result `mt evaluate` prints, the
+    hypotheses)."""
     started = time.perf_counter()
-    hypotheses = translator.translate(sources, progress=True)
+    hypotheses = translator.translate(sources, progress=True, constraints=constraints)
     seconds = time.perf_counter() - started
     result = dict(
         bleu_chrf(hypotheses, references),

@@ -1,7 +1,8 @@
 """Translate text: sources encoded and cut to the model's positions, sorted by length, packed
 into batches of about `decode.batch_tokens` source tokens (0: as many as suit the device),
 decoded greedily, with beam search or by sampling (mt.decoding.sampling), each optionally from a
-forced target prefix, and returned in input order."""
+forced target prefix, a batch with terminology constraints by constrained beam search
+(mt.decoding.constraints), and returned in input order."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ..data.tokenizer import EOS, PAD
 from ..device import autocast, precision_for
 from ..errors import ConfigError, MtError
 from ..model import Transformer, max_length
+from .constraints import Constraints, constrained_beam_search, encode_constraints
 from .ensemble import Ensemble
 from .sampling import sample
 from .search import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
@@ -49,13 +51,20 @@ def translate_nbest(
     device: torch.device | str = "cpu",
     progress: bool = False,
     prefixes: Sequence[str] | None = None,
+    constraints: Sequence[Sequence[str]] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Up to `cfg.nbest` (text, score) pairs per text, best first; the score is the
     length-normalised log-probability (NaN for greedy search, which does not compute it).
-    `prefixes`: the target text each translation starts with ("": none), one per text."""
+    `prefixes`: the target text each translation starts with ("": none), one per text;
+    `constraints`: the target terms each translation must contain, a list per text."""
     ids = source_ids(model, src_tokenizer, texts)
     forced = None if prefixes is None else tok.encode(tgt_tokenizer, prefixes)
-    hypotheses = translate_ids(model, ids, cfg, device, progress, forced)
+    terms = None
+    if constraints is not None:
+        if len(constraints) != len(ids) or cfg.sampling:
+            raise ConfigError("constraints: one list of terms per text, and no sampling")
+        terms = encode_constraints(tgt_tokenizer, constraints, output_limits(model, ids, cfg))
+    hypotheses = translate_ids(model, ids, cfg, device, progress, forced, terms)
     flat = tok.decode(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
     out, start = [], 0
     for hyps in hypotheses:
@@ -104,11 +113,12 @@ def translate_ids(
     device: torch.device | str = "cpu",
     progress: bool = False,
     prefixes: Sequence[Sequence[int]] | None = None,
+    constraints: Sequence[Constraints | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """Hypotheses (token ids and scores) for each source (ids from `source_ids`), in order,
-    each starting with its `prefixes` tokens if given. A batch too big for the device's
-    memory is halved (said once) until it fits. Sampling draws from a generator seeded with
-    `cfg.seed` (None: 0) for the whole call."""
+    each starting with its `prefixes` tokens and containing its `constraints` if given. A
+    batch too big for the device's memory is halved (said once) until it fits. Sampling draws
+    from a generator seeded with `cfg.seed` (None: 0) for the whole call."""
     device = torch.device(device)
     dtype, _ = precision_for(cfg.precision, device)
     plan = plan_for(device)
@@ -133,9 +143,13 @@ def translate_ids(
             continue
         src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=EOS)).to(device)
         prefix = _prefix_batch(prefixes, batch, device)
+        rules = [constraints[i] for i in batch] if constraints else []
         try:
             with autocast(device, dtype):  # log-probabilities are float32 all the same
-                found = search(model, src, plan, prefix)
+                if any(rules):
+                    found = constrained_beam_search(model, src, cfg, rules, prefix)
+                else:
+                    found = search(model, src, plan, prefix)
         except torch.OutOfMemoryError:
             if len(batch) == 1:
                 raise MtError(
@@ -200,13 +214,21 @@ def check_prefixes(
     model's positions): the search could not end after it."""
     if len(prefixes) != len(ids):
         raise ConfigError(f"{len(prefixes)} prefixes for {len(ids)} texts: give one per text")
-    for number, (src, prefix) in enumerate(zip(ids, prefixes), start=1):
-        limit = min(int((len(src) + 1) * cfg.max_len_a + cfg.max_len_b), max_length(model.cfg))
+    for number, (prefix, limit) in enumerate(
+        zip(prefixes, output_limits(model, ids, cfg)), start=1
+    ):
         if len(prefix) > limit:
             raise ConfigError(
                 f"text {number}: its prefix has {len(prefix)} tokens, more than the {limit} "
                 "its translation may have (decode.max_len_a, decode.max_len_b)"
             )
+
+
+def output_limits(model: Transformer, ids: Sequence[Sequence[int]], cfg: DecodeConfig) -> list[int]:
+    """The most tokens each source's output may have: as `max_output_lengths` counts them
+    (the source's EOS included), within the model's positions."""
+    most = max_length(model.cfg)
+    return [min(int((len(src) + 1) * cfg.max_len_a + cfg.max_len_b), most) for src in ids]
 
 
 def _prefix_batch(

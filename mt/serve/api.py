@@ -28,6 +28,7 @@ from .batcher import BadRequest, Service
 from .requests import (
     FILE_FORMATS,
     check_limits,
+    parse_glossary,
     parse_prefixes,
     parse_request,
     read_body,
@@ -143,9 +144,9 @@ class Api:
             fields, form, self.service.beam, info["source"], info["target"]
         )
         check_limits(texts, self.settings)
-        prefixes = parse_prefixes(fields, len(texts))
+        prefixes, terms = parse_prefixes(fields, len(texts)), parse_glossary(fields, texts)
         request.scope["mt.texts"] = len(texts)
-        found = await self.service.submit(texts, beam, alternatives + 1, prefixes)
+        found = await self.service.submit(texts, beam, alternatives + 1, prefixes, terms)
         seconds = time.perf_counter() - started
         return _json(answer(found, single, auto, info, beam, seconds))
 

@@ -69,6 +69,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     prefixes: list[str] | None = None  # the target text each translation starts with
+    terms: list[list[str]] | None = None  # the target terms each translation contains
 
 
 class Service:
@@ -147,10 +148,15 @@ class Service:
         decode = dataclasses.replace(self.translator.config.decode, beam=beam, nbest=nbest)
         texts = [text for job in jobs for text in job.texts]
         prefixes = [p for job in jobs for p in job.prefixes or [""] * len(job.texts)]
+        terms = [t for job in jobs for t in job.terms or [[]] * len(job.texts)]
         self.batches, self.decoded = self.batches + 1, self.decoded + len(texts)
         try:
             found = self.translator.translate_nbest(
-                texts, decode, False, prefixes if any(prefixes) else None
+                texts,
+                decode,
+                False,
+                prefixes if any(prefixes) else None,
+                terms if any(terms) else None,
             )
         except MtError as e:  # a request's input (a prefix too long): 400 to it alone
             if len(jobs) > 1:
@@ -171,10 +177,15 @@ class Service:
             job.loop.call_soon_threadsafe(_settle, job.future, result, None)
 
     async def submit(
-        self, texts: list[str], beam: int, nbest: int, prefixes: list[str] | None = None
+        self,
+        texts: list[str],
+        beam: int,
+        nbest: int,
+        prefixes: list[str] | None = None,
+        terms: list[list[str]] | None = None,
     ) -> list:
         """The n-best (text, score) pairs of each text, decoded in some batch (once ready),
-        each starting with its `prefixes` text if given."""
+        each starting with its `prefixes` text and containing its `terms` if given."""
         import asyncio
 
         if self.pending >= self.settings.max_requests:
@@ -186,7 +197,7 @@ class Service:
         future = loop.create_future()
         self.pending += 1
         try:
-            self.jobs.put(Job(texts, beam, nbest, loop, future, prefixes))
+            self.jobs.put(Job(texts, beam, nbest, loop, future, prefixes, terms))
             return await future
         finally:
             self.pending -= 1

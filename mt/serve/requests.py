@@ -16,6 +16,7 @@ MAX_BEAM = 16
 DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this, so that the
 # client reads our 413 rather than a connection reset
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam", "prefix")
+FIELDS += ("glossary",)
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
 FILE_FORMATS = (".txt",)  # /translate_file: one text a line
@@ -64,6 +65,26 @@ def parse_prefixes(fields: dict[str, Any], count: int) -> list[str] | None:
             400, f"prefix: expected a string or a list of {count} strings, got {_kind(value)}"
         )
     return prefixes
+
+
+def parse_glossary(fields: dict[str, Any], texts: list[str]) -> list[list[str]] | None:
+    """The `glossary` field, {source term: target term}: the target terms each text's
+    translation must contain (those whose source term it has); None when absent."""
+    from ..decoding.constraints import glossary_terms
+
+    if "glossary" not in fields:
+        return None
+    glossary = fields["glossary"]
+    if not isinstance(glossary, dict) or not all(isinstance(t, str) for t in glossary.values()):
+        raise BadRequest(
+            400,
+            f"glossary: expected an object of source terms to target terms, got {_kind(glossary)}",
+        )
+    folded: dict[str, str] = {}
+    for source, target in glossary.items():
+        if folded.setdefault(source.lower(), target) != target:
+            raise BadRequest(400, f"glossary: conflicting constraints for {source!r}")
+    return glossary_terms(folded, texts)
 
 
 def check_languages(fields: dict[str, Any], source: str, target: str) -> None:
