@@ -38,7 +38,9 @@ class RunConfig:
 # {path: FILE, weight: W}, or aligned plain text {en: FILE, es: FILE, weight: W} (the keys
 # are data.src_lang and data.tgt_lang; one sentence a line, .gz too). weight (train only):
 # the share of each epoch's pairs drawn from the corpus, relative to the others' (a corpus
-# without one weighs 1); with no weight at all, every pair comes once an epoch
+# without one weighs 1); with no weight at all, every pair comes once an epoch. tag (train
+# only): a token such as <bt> put before each source of the corpus (back-translation, Caswell
+# et al., 2019), reserved in the source tokenizer as one token it never splits
 Entry = str | dict[str, Any]
 
 
@@ -342,8 +344,8 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
     weight}, with files that exist (when checked) and a positive weight (train only)."""
     if isinstance(entry, dict):
         sides = {data.src_lang, data.tgt_lang}
-        wanted = ({"path"}, sides)
-        if not any(set(entry) - {"weight"} == keys for keys in wanted):
+        wanted, optional = ({"path"}, sides), {"weight", "tag"}
+        if not any(set(entry) - optional == keys for keys in wanted):
             fail(
                 key,
                 f"{entry}: a corpus is a path, {{path: FILE, weight: W}} or aligned text "
@@ -356,10 +358,15 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
             isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0
         ):
             fail(key, f"weight: must be a positive number, got {weight!r}")
-        for name in set(entry) - {"weight"}:
+        tag = entry.get("tag")
+        if tag is not None and not (key.endswith("train") and re.fullmatch(r"<\w+>", str(tag))):
+            fail(key, f"tag: {tag!r}: a training corpus's tag is a word in <>, such as <bt>")
+        if tag in SPECIAL_TOKENS:
+            fail(key, f"tag: {tag} is a special token")
+        for name in set(entry) - optional:
             if not isinstance(entry[name], str):
                 fail(key, f"{name}: expected a file name, got {_describe(entry[name])}")
-        files = [entry[name] for name in sorted(set(entry) - {"weight"})]
+        files = [entry[name] for name in sorted(set(entry) - optional)]
     else:
         files = [entry]
     for file in files if check_files else ():

@@ -42,6 +42,7 @@ from .corpus import (
     Corpus,
     Pair,
     corpora,
+    corpus_tags,
     entry_files,
     normalize,
     read_pairs_jsonl,
@@ -252,7 +253,7 @@ def _train_tokenizers(
             tgt.append(normalize(raw_tgt[i]))
         meter.update(len(part))
     meter.close()
-    return tok.train_tokenizers(src, tgt, config.tokenizer)
+    return tok.train_tokenizers(src, tgt, config.tokenizer, corpus_tags(config.data))
 
 
 def _encode(
