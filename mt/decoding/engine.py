@@ -50,17 +50,10 @@ class Translator(ABC):
         translation must start with ("": none), one per text; `constraints`: the target terms
         each must contain, a list per text."""
 
-    def translate(
-        self,
-        texts: Sequence[str],
-        decode: DecodeConfig | None = None,
-        progress: bool = False,
-        prefixes: Sequence[str] | None = None,
-        constraints: Sequence[Sequence[str]] | None = None,
-    ) -> list[str]:
-        """The best translation of each text, in input order; an empty text gives ""."""
-        found = self.translate_nbest(texts, decode, progress, prefixes, constraints)
-        return [hyps[0][0] for hyps in found]
+    def translate(self, texts: Sequence[str], *args: Any, **options: Any) -> list[str]:
+        """The best translation of each text, in input order; an empty text gives "". The
+        other arguments are translate_nbest's."""
+        return [hyps[0][0] for hyps in self.translate_nbest(texts, *args, **options)]
 
     def decoding(self, decode: DecodeConfig | None) -> DecodeConfig:
         """`decode` (None: the translator's own), its sampling seed run.seed unless set."""
