@@ -56,6 +56,13 @@ def test_the_three_commands_give_a_tagged_synthetic_corpus(cli_main, tmp_path):
     # the store keeps the corpora in order: the parallel pairs untagged, the synthetic tagged once
     assert tagged == [0] * parallel + [1] * synthetic_pairs
     assert all(train.src[i][0] == tag for i in range(parallel, len(train)))
+    # fine-tuning keeps its model's tokenizer: a tag it lacks cannot be reserved there
+    other = json.dumps({"path": str(corpus), "tag": "<ft>"})
+    code, _, err = cli_main(
+        "prepare", *TINY, "--set", f"data.files.train=[{corpus}, {other}]",
+        "--set", f"train.init={forward}", "--set", f"run.dir={tmp_path / 'tuned'}",
+    )  # fmt: skip
+    assert code == 2 and "tag <ft>: not a token of train.init's tokenizer" in err, err
 
 
 @pytest.mark.parametrize(

@@ -210,6 +210,9 @@ def _build(
         raise MtError("no training pairs are left after cleaning")
     sample(codes, config.tokenizer.sample, seed)
     tokenizers = base.tokenizers if base else _train_tokenizers(train, codes, raw, config)
+    for tag in corpus_tags(data):
+        if tokenizers[0].token_to_id(tag) is None:  # train.init's tokenizer, made without it
+            raise ConfigError(f"data.files.train: tag {tag}: not a token of train.init's tokenizer")
     layout, sizes, cut_pairs = _encode(train, codes, raw, tokenizers, data, folder, drops)
     _check_unchanged(watched)
     held = {**cut_pairs, **held}
