@@ -196,3 +196,13 @@ def test_bad_constraints_exit_2(cli_main, run_dir, tmp_path, content, option, me
     )
     assert code == 2 and message in err and not out, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_constraints_with_sampling_are_refused(cli_main, run_dir, tmp_path):  # noqa: F811
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("perro\n", encoding="utf-8")
+    code, out, err = cli_main(
+        "translate", "--checkpoint", str(run_dir), "--constraints", str(terms),
+        "--set", "decode.sampling=true", "Hello.",
+    )  # fmt: skip
+    assert code == 2 and "constraints need beam search" in err and not out, err

@@ -146,8 +146,9 @@ def constrained_beam_search(
     prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search as `beam_search` (beam, alpha, nbest, lengths, prefix) whose outputs contain
-    every sentence's constraints (None: none). A sentence whose constraints no hypothesis met
-    within its length limit gets the unconstrained search's output instead."""
+    every sentence's constraints (None: none); no_repeat_ngram is not applied. A sentence whose
+    constraints no hypothesis met within its length limit gets the unconstrained search's
+    output instead."""
     beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
     n_src, device = src.size(0), src.device
     limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b))

@@ -61,8 +61,10 @@ def translate_nbest(
     forced = None if prefixes is None else tok.encode(tgt_tokenizer, prefixes)
     terms = None
     if constraints is not None:
-        if len(constraints) != len(ids) or cfg.sampling:
-            raise ConfigError("constraints: one list of terms per text, and no sampling")
+        if cfg.sampling:
+            raise ConfigError("constraints need beam search: decode.sampling samples")
+        if len(constraints) != len(ids):
+            raise ConfigError(f"{len(constraints)} lists of terms for {len(ids)} texts")
         terms = encode_constraints(tgt_tokenizer, constraints, output_limits(model, ids, cfg))
     hypotheses = translate_ids(model, ids, cfg, device, progress, forced, terms)
     flat = tok.decode(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
