@@ -12,7 +12,12 @@ from test_model import pad, tiny_model
 
 from mt.config import DecodeConfig
 from mt.data.tokenizer import BOS, EOS, PAD
-from mt.decoding.constraints import Constraints, constrained_beam_search, encode_constraints
+from mt.decoding.constraints import (
+    Constraints,
+    Progress,
+    constrained_beam_search,
+    encode_constraints,
+)
 from mt.decoding.ensemble import Ensemble
 from mt.decoding.sampling import allowed, sample
 from mt.decoding.scoring import score_ids
@@ -179,3 +184,11 @@ def test_constraints_that_cannot_be_are_refused():
         encode_constraints(tokenizer, [[" "]], [5])
     with pytest.raises(MtError, match="text 2: its constraints need 3 tokens, more than the 2"):
         encode_constraints(tokenizer, [["a"], ["a b", "b"]], [5, 2])
+
+
+def test_a_term_is_begun_as_written_first_and_after_a_space_after_a_word():
+    rules = Constraints([[[5], [6]]], word_final=frozenset({9}), space_initial=frozenset({6}))
+    assert rules.next_tokens(Progress(), None) == {5}  # the output's start: as written
+    assert rules.next_tokens(Progress(), 9) == {6}  # after a word: after a space
+    assert rules.next_tokens(Progress(), 10) == {5, 6}  # after "¿" or "(": either
+    assert rules.next_tokens(rules.advance(Progress(), 6), 10) == set()  # met

@@ -9,10 +9,11 @@ constraint (the next token of a term it has begun, or the first of any term it h
 They are grouped into banks by progress (the constraint tokens met, those of a term under way
 included) and the beam is filled from the banks in turn, the most advanced first, each bank's
 best first, so hypotheses that met more constraints keep a share of the beam against likelier
-ones that met fewer. EOS is allowed only once every term is met. A term is
-matched as written or after a space (how a byte-level tokenizer writes it mid-sentence),
-whichever the search meets first. The decoder steps stay batched; the bookkeeping is per
-sentence on the host, as fairseq's ConstraintState is.
+ones that met fewer. EOS is allowed only once every term is met. A term is begun as written
+at the start of the output or after a token that does not end a word, and after a space (as
+a byte-level tokenizer writes a word inside a sentence) after one that does. The decoder
+steps stay batched; the bookkeeping is per sentence on the host, as fairseq's
+ConstraintState is.
 """
 
 from __future__ import annotations
@@ -55,11 +56,19 @@ class Progress:
 
 
 class Constraints:
-    """One sentence's terms, each a list of alternative token sequences (phrases)."""
+    """One sentence's terms, each a list of alternative token sequences (phrases). A phrase
+    whose first token is in `space_initial` is not begun at the start of the output, and one
+    whose first token is not is not begun after a token in `word_final` (glued to a word)."""
 
-    def __init__(self, terms: Sequence[Sequence[Sequence[int]]]) -> None:
+    def __init__(
+        self,
+        terms: Sequence[Sequence[Sequence[int]]],
+        word_final: frozenset[int] = frozenset(),
+        space_initial: frozenset[int] = frozenset(),
+    ) -> None:
         self.terms = len(terms)
         self.phrases = [(term, list(p)) for term, phrases in enumerate(terms) for p in phrases]
+        self.word_final, self.space_initial = word_final, space_initial
 
     def advance(self, progress: Progress, token: int) -> Progress:
         """The progress after `token`: a term under way goes on or is dropped; a token that
@@ -78,12 +87,21 @@ class Constraints:
                 return Progress(progress.met, (index, 1), progress.tokens)
         return Progress(progress.met, None, progress.tokens)
 
-    def next_tokens(self, progress: Progress) -> set[int]:
-        """The tokens that advance a hypothesis."""
+    def next_tokens(self, progress: Progress, previous: int | None) -> set[int]:
+        """The tokens that advance a hypothesis whose last token is `previous` (None: empty)."""
         if progress.phrase is not None:
             index, matched = progress.phrase
             return {self.phrases[index][1][matched]}
-        return {p[0] for term, p in self.phrases if term not in progress.met}
+        return {
+            p[0]
+            for term, p in self.phrases
+            if term not in progress.met
+            and (
+                previous is not None
+                if p[0] in self.space_initial
+                else previous not in self.word_final
+            )
+        }
 
     def bank(self, progress: Progress) -> int:
         return progress.tokens + (progress.phrase[1] if progress.phrase else 0)
@@ -99,6 +117,9 @@ def encode_constraints(
     space. Refused in one line: a term that tokenizes to nothing, and terms whose tokens
     cannot fit in the text's output limit (`limits`)."""
     found: list[Constraints | None] = []
+    pieces = tokenizer.decode_batch([[i] for i in range(tokenizer.get_vocab_size())])
+    word_final = frozenset(i for i, p in enumerate(pieces) if p[-1:].isalnum())
+    space_initial = frozenset(i for i, p in enumerate(pieces) if p[:1].isspace())
     for number, (words, limit) in enumerate(zip(terms, limits), start=1):
         variants = []
         for word in dict.fromkeys(words):  # a term twice is one term
@@ -112,7 +133,7 @@ def encode_constraints(
                 f"text {number}: its constraints need {need} tokens, more than the {limit} "
                 "its translation may have (decode.max_len_a, decode.max_len_b)"
             )
-        found.append(Constraints(variants) if variants else None)
+        found.append(Constraints(variants, word_final, space_initial) if variants else None)
     return found
 
 
@@ -175,7 +196,9 @@ def constrained_beam_search(
             (row, word)
             for row, h in enumerate(hyps)
             if h is not None
-            for word in rules[sents[row // beam]].next_tokens(h.progress)
+            for word in rules[sents[row // beam]].next_tokens(
+                h.progress, h.tokens[-1] if h.tokens else None
+            )
         ]
         rows, words = zip(*advancing) if advancing else ((), ())
         values = logprobs[list(rows), list(words)].tolist() if advancing else []
