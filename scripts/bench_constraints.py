@@ -51,6 +51,7 @@ def main() -> None:
             started = time.perf_counter()
             outputs[name] = translator.translate(sources, decode, constraints=constraints)
             seconds[name].append(time.perf_counter() - started)
+            print(f"{name}: {seconds[name][-1]:.1f} s", file=sys.stderr, flush=True)
     met = sum(all(t in out for t in ts) for ts, out in zip(terms, outputs["constrained"]))
     free_met = sum(all(t in out for t in ts) for ts, out in zip(terms, outputs["free"]))
     medians = {name: statistics.median(times) for name, times in seconds.items()}
