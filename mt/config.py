@@ -38,7 +38,9 @@ class RunConfig:
 # {path: FILE, weight: W}, or aligned plain text {en: FILE, es: FILE, weight: W} (the keys
 # are data.src_lang and data.tgt_lang; one sentence a line, .gz too). weight (train only):
 # the share of each epoch's pairs drawn from the corpus, relative to the others' (a corpus
-# without one weighs 1); with no weight at all, every pair comes once an epoch
+# without one weighs 1); with no weight at all, every pair comes once an epoch. tag (train
+# only): a token such as <bt> put before each source of the corpus (back-translation, Caswell
+# et al., 2019), reserved in the source tokenizer as one token it never splits
 Entry = str | dict[str, Any]
 
 
@@ -196,6 +198,17 @@ class DecodeConfig:
     # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
     # translations (bf16's differ a little) depend on the machine's load (README)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
+    # more checkpoints of the same tokenizers decoded with the model as one ensemble: each
+    # step averages the models' probabilities (fairseq's rule)
+    ensemble: list[str] | None = resumable(None)  # noqa: RUF009 (None is immutable)
+    # sample each token instead of searching: softmax(logits / temperature) over the top_k
+    # most likely tokens (0: all) and the fewest whose probabilities reach top_p (1: all);
+    # nbest samples per source, seeded by decode.seed (None: run.seed)
+    sampling: bool = resumable(False)
+    temperature: float = resumable(1.0)
+    top_k: int = resumable(0)
+    top_p: float = resumable(1.0)
+    seed: int | None = resumable(None)
 
     @property
     def greedy(self) -> bool:
@@ -307,8 +320,13 @@ def _check_decode(d: DecodeConfig, fail: Fail) -> None:
     _positive(fail, "decode.", d, "beam", "nbest")
     _non_negative(fail, "decode.", d, "alpha", "max_len_a", "max_len_b", "no_repeat_ngram")
     _non_negative(fail, "decode.", d, "batch_tokens")
-    if not beam_holds(d.nbest, d.beam):
+    if not d.sampling and not beam_holds(d.nbest, d.beam):
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
+    if d.temperature <= 0:
+        fail("decode.temperature", f"must be above 0, got {d.temperature}")
+    if not 0 < d.top_p <= 1:
+        fail("decode.top_p", f"must be in (0, 1], got {d.top_p}")
+    _non_negative(fail, "decode.", d, "top_k")
 
 
 def _check_data(config: Config, fail: Fail, check_files: bool) -> None:
@@ -340,8 +358,8 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
     weight}, with files that exist (when checked) and a positive weight (train only)."""
     if isinstance(entry, dict):
         sides = {data.src_lang, data.tgt_lang}
-        wanted = ({"path"}, sides)
-        if not any(set(entry) - {"weight"} == keys for keys in wanted):
+        wanted, optional = ({"path"}, sides), {"weight", "tag"}
+        if not any(set(entry) - optional == keys for keys in wanted):
             fail(
                 key,
                 f"{entry}: a corpus is a path, {{path: FILE, weight: W}} or aligned text "
@@ -354,10 +372,15 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
             isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0
         ):
             fail(key, f"weight: must be a positive number, got {weight!r}")
-        for name in set(entry) - {"weight"}:
+        tag = entry.get("tag")
+        if tag is not None and not (key.endswith("train") and re.fullmatch(r"<\w+>", str(tag))):
+            fail(key, f"tag: {tag!r}: a training corpus's tag is a word in <>, such as <bt>")
+        if tag in SPECIAL_TOKENS:
+            fail(key, f"tag: {tag} is a special token")
+        for name in set(entry) - optional:
             if not isinstance(entry[name], str):
                 fail(key, f"{name}: expected a file name, got {_describe(entry[name])}")
-        files = [entry[name] for name in sorted(set(entry) - {"weight"})]
+        files = [entry[name] for name in sorted(set(entry) - optional)]
     else:
         files = [entry]
     for file in files if check_files else ():

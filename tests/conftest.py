@@ -408,3 +408,28 @@ def long_sentence(tokenizer, tokens: int) -> str:
         text += ("" if not text else ", ") + clauses[i % len(clauses)]
         i += 1
     return text[0].upper() + text[1:] + "."
+
+
+def sacrebleu_paired(ref: Path, hyps: list[Path], test: str) -> list[dict[str, tuple]]:
+    """`sacrebleu REF -i HYP... --paired-TEST -m bleu chrf` on its command line, read from its
+    LaTeX table (its JSON output fails on numpy floats in 2.6.0): per system, per metric
+    (BLEU, chrF2), (score, mean, ci, p-value or None), to 4 decimals."""
+    import re
+
+    command = [sys.executable, "-m", "sacrebleu", str(ref), "-i", *map(str, hyps)]
+    command += [f"--paired-{test}", "-m", "bleu", "chrf", "-w", "4", "--no-color", "-f", "latex"]
+    env = {**os.environ, "SACREBLEU_SEED": "12345"}
+    found = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    cell = r"([\d.]+)(?: \(([\d.]+) ± ([\d.]+)\))?(?: \(p = ([\d.]+)\)\*?)?"
+    rows = [line for line in found.stdout.splitlines() if line.rstrip().endswith("\\\\")][1:]
+    table = []
+    for line in rows:
+        cells = [c.strip() for c in line.rstrip(" \\").split("&")[1:]]
+        values = [re.fullmatch(cell, c).groups() for c in cells]
+        table.append(
+            {
+                metric: tuple(None if v is None else float(v) for v in groups)
+                for metric, groups in zip(("BLEU", "chrF2"), values)
+            }
+        )
+    return table

@@ -274,10 +274,10 @@ def test_a_batch_too_big_for_memory_is_split_until_it_fits(monkeypatch, capsys):
     cfg = DecodeConfig(beam=2, nbest=2, batch_tokens=1000)  # one batch of 6
     expected, search = translate_ids(model, ids, cfg), mt.decoding.translate.beam_search
 
-    def small_memory(model, src, cfg, plan):
+    def small_memory(model, src, cfg, plan, prefix=None):
         if len(src) > 2:
             raise torch.OutOfMemoryError("CUDA out of memory")
-        return search(model, src, cfg, plan)
+        return search(model, src, cfg, plan, prefix)
 
     monkeypatch.setattr(mt.decoding.translate, "beam_search", small_memory)
     found = translate_ids(model, ids, cfg)

@@ -28,14 +28,16 @@ def _open(
     device: str,
     engine: str = "torch",
     threads: int = 0,
+    ensemble: list[str] | None = None,
     **options: int | None,
 ):
     """The translator of a decoding command: --set decode.* and then the command's own
-    options (--beam ...) over the model's decode section."""
+    options (--beam ...) over the model's decode section; `ensemble`: more checkpoints
+    decoded with `checkpoint` as one model."""
     from ..decoding.engine import decode_options, open_translator
 
     decode = [*(overrides or []), *decode_options(**options)]
-    return open_translator(checkpoint, engine, device, threads, decode, config)
+    return open_translator(checkpoint, engine, device, threads, decode, config, ensemble or ())
 
 
 EngineOption = Annotated[
@@ -73,6 +75,27 @@ BatchTokensOption = Annotated[
     typer.Option("--batch-tokens", help="Source tokens a batch (decode.batch_tokens)."),
 ]
 DeviceOption = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.")]
+EnsembleOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--checkpoint",
+        help="Another checkpoint of the same tokenizers, decoded with CHECKPOINT as one "
+        "ensemble (the mean of their probabilities). Repeatable.",
+    ),
+]
+ConstraintsOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Target terms each translation must contain: a line per input, tab-separated."
+    ),
+]
+GlossaryOption = Annotated[
+    str | None,
+    typer.Option(help="source TAB target terms: an input with a source term must have its target."),
+]
+SeedOption = Annotated[
+    int | None, typer.Option(help="Seed of decode.sampling (decode.seed; default run.seed).")
+]
 
 
 def split_option(default: str) -> object:
@@ -90,7 +113,14 @@ def translate_command(
     file: Annotated[
         str | None, typer.Option("--file", "-f", help="One sentence a line; - for stdin.")
     ] = None,
-    checkpoint: CheckpointOption = None,
+    checkpoint: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--checkpoint",
+            help="Run folder (its best, else last), checkpoint folder or weights file. "
+            "Default: the newest run under ./runs. Repeated: an ensemble of them.",
+        ),
+    ] = None,
     config: DecodeConfigOption = None,
     set_: DecodeSetOption = None,
     beam: BeamOption = None,
@@ -99,6 +129,12 @@ def translate_command(
         typer.Option(help="Translations per input (decode.nbest): index, rank, score, text."),
     ] = None,
     batch_tokens: BatchTokensOption = None,
+    prefix: Annotated[
+        str | None, typer.Option(help="Target text every translation starts with.")
+    ] = None,
+    seed: SeedOption = None,
+    constraints: ConstraintsOption = None,
+    glossary: GlossaryOption = None,
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
@@ -124,6 +160,9 @@ def translate_command(
     length-normalised log-probability); for an input of several sentences the K-th joins each
     sentence's K-th translation, its score the mean of theirs. A --file ending in .html,
     .docx, .odt or .srt is translated with its layout kept, as is --format html.
+    --set decode.sampling=true samples instead of searching (decode.temperature, top_k, top_p;
+    --nbest samples each). A line given a --prefix or terms (--constraints, --glossary) is
+    translated whole.
     """
     documents = input_documents(texts, file, fmt, out)
     if documents and (nbest or 1) > 1:
@@ -133,19 +172,23 @@ def translate_command(
         write_documents(translator, documents, out)
         return
     lines, interactive = _input_lines(texts, file)
+    first, *others = checkpoint or [None]
     translator = _open(
-        checkpoint,
+        first,
         config,
         set_,
         device,
         engine,
         threads,
+        others,
         beam=beam,
         nbest=nbest,
         batch_tokens=batch_tokens,
+        seed=seed,
     )
+    steer = (prefix, constraints, glossary)
     if not interactive:
-        _print_translations(translator, lines, split_sentences)
+        _print_translations(translator, lines, split_sentences, *steer)
         return
     say(f"mt: translating with {translator.path} (Ctrl-D to quit)")
     while True:
@@ -154,7 +197,7 @@ def translate_command(
         if not line:
             typer.echo(err=True)
             return
-        _print_translations(translator, [line.rstrip("\n")], split_sentences)
+        _print_translations(translator, [line.rstrip("\n")], split_sentences, *steer)
 
 
 def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], bool]:
@@ -173,11 +216,26 @@ def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], 
     return lines, interactive
 
 
-def _print_translations(translator, batch: list[str], split: bool) -> None:
-    """Each translation on a line, or with --nbest N > 1: INDEX, RANK, SCORE, TRANSLATION."""
+def _print_translations(
+    translator,
+    batch: list[str],
+    split: bool,
+    prefix: str | None,
+    constraints: str | None,
+    glossary: str | None,
+) -> None:
+    """Each translation on a line, or with --nbest N > 1: INDEX, RANK, SCORE, TRANSLATION;
+    each starting with `prefix` and containing the terms of `constraints` and `glossary`."""
+    from ..decoding.constraints import terms_of
     from ..text import translate_texts_nbest
 
-    found = translate_texts_nbest(translator, batch, split=split, progress=len(batch) > 100)
+    prefixes = None if prefix is None else [prefix] * len(batch)
+    terms = terms_of(batch, constraints, glossary)
+    progress = len(batch) > 100
+    if prefixes is None and terms is None:
+        found = translate_texts_nbest(translator, batch, split=split, progress=progress)
+    else:  # a prefix or terms are the whole line's: it is translated whole
+        found = translator.translate_nbest(batch, None, progress, prefixes, terms)
     for i, hyps in enumerate(found):
         if translator.config.decode.nbest == 1:
             typer.echo(hyps[0][0])
@@ -201,9 +259,34 @@ def evaluate_command(
     ] = None,
     src: Annotated[str | None, typer.Option(help="External source file, one per line.")] = None,
     ref: Annotated[str | None, typer.Option(help="Its references, one per line.")] = None,
+    ensemble: EnsembleOption = None,
     config: DecodeConfigOption = None,
     set_: DecodeSetOption = None,
     beam: BeamOption = None,
+    seed: SeedOption = None,
+    system: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Another checkpoint to decode and compare with CHECKPOINT (the baseline) by "
+            "paired tests. Repeatable."
+        ),
+    ] = None,
+    hyp: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Another system's translations of the set, one a line, compared with "
+            "CHECKPOINT's by paired tests. Repeatable."
+        ),
+    ] = None,
+    paired: Annotated[
+        str,
+        typer.Option(
+            help="With --system or --hyp: bs (paired bootstrap resampling), ar (approximate "
+            "randomization) or both, through sacreBLEU."
+        ),
+    ] = "both",
+    constraints: ConstraintsOption = None,
+    glossary: GlossaryOption = None,
     out: Annotated[str | None, typer.Option(help="Write the hypotheses to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     batch_tokens: BatchTokensOption = None,
@@ -217,23 +300,48 @@ def evaluate_command(
         ),
     ] = True,
 ) -> None:
-    """Translate a test set and score it with sacreBLEU: BLEU and chrF."""
+    """Translate a test set and score it with sacreBLEU: BLEU and chrF; with --system or
+    --hyp, whether the other systems differ from it significantly (p-values, 95% intervals)."""
+    from ..decoding import significance
+    from ..decoding.constraints import terms_of
     from ..decoding.evaluate import evaluate, evaluation_set
     from ..files import atomic_write_text
     from ..text import translate_texts
 
+    tests = significance.parse_tests(paired)
+
     translator = _open(
-        checkpoint, config, set_, device, engine, threads, beam=beam, batch_tokens=batch_tokens
+        checkpoint,
+        config,
+        set_,
+        device,
+        engine,
+        threads,
+        ensemble,
+        beam=beam,
+        batch_tokens=batch_tokens,
+        seed=seed,
     )
     # an exported folder evaluates on the split of the run it was exported from
     found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
+    given = significance.read_hypotheses(hyp or [], len(found[1]))
+    terms = terms_of(found[1], constraints, glossary)
     result, hypotheses = evaluate(
         translator,
         *found,
         lambda texts: translate_texts(translator, texts, split=split_sentences, progress=True),
+        terms,
     )
     if out:
         atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
+    if system or hyp:
+        others = [
+            (path, _open(path, config, set_, device, engine, threads, beam=beam, seed=seed))
+            for path in system or []
+        ]
+        decoded = [(path, evaluate(other, *found, terms)[1]) for path, other in others]
+        systems = [(checkpoint, hypotheses), *decoded, *given]
+        result["systems"] = significance.paired_tests(systems, found[2], tests)
     if as_json:
         typer.echo(json.dumps(result, ensure_ascii=False))
     else:
@@ -243,6 +351,8 @@ def evaluate_command(
             f"BLEU {result['bleu']:.2f}  {result['bleu_signature']}\n"
             f"chrF {result['chrf']:.2f}  {result['chrf_signature']}"
         )
+        if "systems" in result:
+            typer.echo(significance.table(result["systems"], tests))
 
 
 @app.command(name="score")
@@ -252,6 +362,7 @@ def score_command(
         str, typer.Option(help="The pairs to score, in any corpus format (.jsonl, .csv ...).")
     ],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object a pair.")] = False,
+    ensemble: EnsembleOption = None,
     config: DecodeConfigOption = None,
     set_: DecodeSetOption = None,
     batch_tokens: BatchTokensOption = None,
@@ -267,7 +378,9 @@ def score_command(
 
     if not Path(pairs).is_file():
         raise ConfigError(f"--pairs {pairs}: no such file")
-    translator = _open(checkpoint, config, set_, device, "torch", batch_tokens=batch_tokens)
+    translator = _open(
+        checkpoint, config, set_, device, "torch", 0, ensemble, batch_tokens=batch_tokens
+    )
     found = read_pairs([pairs], translator.config.data, "--pairs")
     scores = translator.score(found)
     for (src, tgt), s in zip(found, scores):

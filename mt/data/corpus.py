@@ -72,14 +72,29 @@ def entry_files(entry: str | dict[str, Any], cfg: DataConfig) -> list[str]:
 def _entry(entry: str | dict[str, Any], cfg: DataConfig, key: str) -> Corpus:
     files = entry_files(entry, cfg)
     weight = None if isinstance(entry, str) else entry.get("weight")
+    tag = None if isinstance(entry, str) else entry.get("tag")
     for file in files:
         if Path(file).is_file() and Path(file).stat().st_size == 0:
             raise InputError(f"{key}: {file}: an empty file")
     name = f"{key}: {', '.join(files)}"
     if len(files) == 2:
-        return Corpus(name, files, weight, lambda: _aligned(*files, key))
+        return Corpus(name, files, weight, _tagged(lambda: _aligned(*files, key), tag))
     dataset = _load_file(files[0], key)
-    return Corpus(name, files, weight, lambda: _rows(dataset, cfg, name, files[0]))
+    return Corpus(name, files, weight, _tagged(lambda: _rows(dataset, cfg, name, files[0]), tag))
+
+
+def _tagged(read: Callable[[], Iterator[Chunk]], tag: str | None) -> Callable[[], Iterator[Chunk]]:
+    """`read` with `tag` and a space before each source (None: as it is)."""
+    if tag is None:
+        return read
+    return lambda: (([f"{tag} {s}" for s in src], tgt) for src, tgt in read())
+
+
+def corpus_tags(cfg: DataConfig) -> list[str]:
+    """The tags of the training corpora (data.files.train entries' `tag`), in order."""
+    entries = (cfg.files.train or []) if cfg.source == "files" else []
+    tags = [e["tag"] for e in entries if isinstance(e, dict) and e.get("tag")]
+    return list(dict.fromkeys(tags))
 
 
 # ---------------------------------------------------------------------------- aligned text

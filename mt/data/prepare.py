@@ -32,7 +32,7 @@ from tokenizers import Tokenizer
 
 from ..config import Config, DataConfig
 from ..config_file import dump_config
-from ..errors import InputError, MtError
+from ..errors import ConfigError, InputError, MtError
 from ..files import atomic_path, atomic_write_text, remove
 from ..run_folder import (
     CONFIG,
@@ -51,6 +51,7 @@ from .corpus import (
     Corpus,
     Pair,
     corpora,
+    corpus_tags,
     entry_files,
     normalize,
     read_pairs_jsonl,
@@ -224,6 +225,9 @@ def _build(
         raise MtError("no training pairs are left after cleaning")
     sample(codes, config.tokenizer.sample, seed)
     tokenizers = base.tokenizers if base else _train_tokenizers(train, codes, raw, config)
+    for tag in corpus_tags(data):
+        if tokenizers[0].token_to_id(tag) is None:  # train.init's tokenizer, made without it
+            raise ConfigError(f"data.files.train: tag {tag}: not a token of train.init's tokenizer")
     layout, sizes, cut_pairs = _encode(train, codes, raw, tokenizers, data, folder, drops)
     _check_unchanged(watched)
     held = {**cut_pairs, **held}
@@ -267,7 +271,7 @@ def _train_tokenizers(
             tgt.append(normalize(raw_tgt[i]))
         meter.update(len(part))
     meter.close()
-    return tok.train_tokenizers(src, tgt, config.tokenizer)
+    return tok.train_tokenizers(src, tgt, config.tokenizer, corpus_tags(config.data))
 
 
 def _encode(

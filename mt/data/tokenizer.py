@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 from tokenizers import (
+    AddedToken,
     Tokenizer,
     decoders,
     models,
@@ -71,13 +72,24 @@ def train_tokenizer(
 
 
 def train_tokenizers(
-    src: Sequence[str], tgt: Sequence[str], cfg: TokenizerConfig
+    src: Sequence[str], tgt: Sequence[str], cfg: TokenizerConfig, tags: Sequence[str] = ()
 ) -> tuple[Tokenizer, Tokenizer]:
-    """One joint tokenizer for both languages (returned twice), or one per language."""
+    """One joint tokenizer for both languages (returned twice), or one per language; `tags`
+    (corpus tags such as <bt>) reserved in the source one (`reserve_tags`)."""
     if cfg.joint:
-        joint = train_tokenizer([*src, *tgt], cfg, length=len(src) + len(tgt))
+        joint = reserve_tags(train_tokenizer([*src, *tgt], cfg, length=len(src) + len(tgt)), tags)
         return joint, joint
-    return train_tokenizer(src, cfg, len(src)), train_tokenizer(tgt, cfg, len(tgt))
+    return reserve_tags(train_tokenizer(src, cfg, len(src)), tags), train_tokenizer(
+        tgt, cfg, len(tgt)
+    )
+
+
+def reserve_tags(tokenizer: Tokenizer, tags: Sequence[str]) -> Tokenizer:
+    """`tokenizer` with each tag one token of its own after the learnt ones: matched in text
+    before anything is split, and not special, so `encode` (which reads special tokens as
+    text) keeps it whole and `decode` keeps it."""
+    tokenizer.add_tokens([AddedToken(tag, normalized=False, special=False) for tag in tags])
+    return tokenizer
 
 
 def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:

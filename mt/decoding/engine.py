@@ -9,6 +9,7 @@ its type.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from ..config import Config, DecodeConfig
 from ..config_file import decoding_config
 from ..errors import ConfigError
 from . import ct2
+from .ensemble import load_ensemble
 
 ENGINES = ("auto", "torch", "ctranslate2")
 
@@ -35,17 +37,30 @@ class Translator(ABC):
 
     @abstractmethod
     def translate_nbest(
-        self, texts: Sequence[str], decode: DecodeConfig | None = None, progress: bool = False
+        self,
+        texts: Sequence[str],
+        decode: DecodeConfig | None = None,
+        progress: bool = False,
+        prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
     ) -> list[list[tuple[str, float]]]:
         """Up to `decode.nbest` (text, score) pairs per text, best first, in input order; the
         score is the length-normalised log-probability (NaN for greedy search). `decode`:
-        this translator's own decode section unless given."""
+        this translator's own decode section unless given; `prefixes`: the target text each
+        translation must start with ("": none), one per text; `constraints`: the target terms
+        each must contain, a list per text."""
 
-    def translate(
-        self, texts: Sequence[str], decode: DecodeConfig | None = None, progress: bool = False
-    ) -> list[str]:
-        """The best translation of each text, in input order; an empty text gives ""."""
-        return [hyps[0][0] for hyps in self.translate_nbest(texts, decode, progress)]
+    def translate(self, texts: Sequence[str], *args: Any, **options: Any) -> list[str]:
+        """The best translation of each text, in input order; an empty text gives "". The
+        other arguments are translate_nbest's."""
+        return [hyps[0][0] for hyps in self.translate_nbest(texts, *args, **options)]
+
+    def decoding(self, decode: DecodeConfig | None) -> DecodeConfig:
+        """`decode` (None: the translator's own), its sampling seed run.seed unless set."""
+        decode = decode or self.config.decode
+        if decode.seed is None:
+            decode = dataclasses.replace(decode, seed=self.config.run.seed)
+        return decode
 
     def score(self, pairs: Sequence[tuple[str, str]], decode: DecodeConfig | None = None) -> list:
         """The model's log-probability of each pair's target given its source (`score.Scored`),
@@ -87,12 +102,14 @@ class TorchTranslator(Translator):
         super().__init__(config, device, loaded.path, (loaded.src_tokenizer, loaded.tgt_tokenizer))
         self.model, self.metadata = loaded.model, loaded.metadata
 
-    def translate_nbest(self, texts, decode=None, progress=False):
+    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
         from .translate import translate_nbest
 
         tokenizers = (self.src_tokenizer, self.tgt_tokenizer)
-        decode = decode or self.config.decode
-        return translate_nbest(self.model, *tokenizers, texts, decode, self.device, progress)
+        decode = self.decoding(decode)
+        return translate_nbest(
+            self.model, *tokenizers, texts, decode, self.device, progress, prefixes, constraints
+        )
 
     def score(self, pairs, decode=None):
         from .scoring import score_pairs
@@ -119,8 +136,14 @@ class CT2Translator(Translator):
         super().__init__(config, device, exported.path, tokenizers)
         self.exported, self.manifest = exported, exported.manifest
 
-    def translate_nbest(self, texts, decode=None, progress=False):
-        return ct2.translate_nbest(self.exported, texts, decode or self.config.decode)
+    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
+        decode = decode or self.config.decode
+        if decode.sampling or any(prefixes or ()) or any(constraints or ()):
+            raise ConfigError(
+                f"{self.path}: the ctranslate2 engine here neither samples nor takes a prefix "
+                "or constraints; decode the checkpoint it was exported from"
+            )
+        return ct2.translate_nbest(self.exported, texts, decode)
 
     @property
     def run_dir(self) -> Path:  # the run the export was made from
@@ -137,13 +160,15 @@ def open_translator(
     threads: int = 0,
     decode: Sequence[str] = (),
     config: str | Path | None = None,
+    ensemble: Sequence[str | Path] = (),
 ) -> Translator:
     """The translator of `path` (a run folder, a checkpoint folder or file, or a folder from
     mt export; None: the newest run under ./runs) with `engine` (auto: ctranslate2 for an
     exported folder, else torch) on `device`. The decode section is the model's own, then
     `config`'s, then `decode` ("decode.key=value" overrides, as --set takes them): one rule
     checks them all before the model is loaded. `threads`: CPU threads of ctranslate2 (0:
-    its default)."""
+    its default). `ensemble` (and decode.ensemble): more checkpoints decoded with `path`'s
+    model as one (mt.decoding.ensemble)."""
     from ..device import pick_device
 
     if engine not in ENGINES:
@@ -160,9 +185,12 @@ def open_translator(
     trained = ct2.read_config(path) if exported else ckpt.read_config(path)  # cheap
     cfg = decoding_config(trained, config, list(decode), device)
     dev = pick_device(cfg.run.device)
+    members = [*ensemble, *(cfg.decode.ensemble or [])]
     if exported:
+        if members:
+            raise ConfigError(f"{path}: the ctranslate2 engine cannot decode an ensemble")
         return CT2Translator(ct2.load(path, str(dev), threads), cfg, dev)
-    return TorchTranslator(ckpt.load(path, dev), cfg, dev)
+    return TorchTranslator(load_ensemble([path, *members], dev), cfg, dev)
 
 
 def decode_options(**options: Any) -> list[str]:

@@ -75,12 +75,17 @@ def evaluate(
     sources: list[str],
     references: list[str],
     translate: Callable[[list[str]], list[str]] | None = None,
+    constraints: list[list[str]] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Translate `sources` (with a progress bar; by `translate` where given, as mt.text's
-    sentence splitting does) and score them against `references`: (the result `mt evaluate`
-    prints, the hypotheses)."""
+    """Translate `sources` (with a progress bar) and score them against `references`: (the
+    result `mt evaluate` prints, the hypotheses). By `translate` where given (as mt.text's
+    sentence splitting does); a source with `constraints` is translated whole, containing
+    its terms."""
     started = time.perf_counter()
-    hypotheses = (translate or (lambda s: translator.translate(s, progress=True)))(sources)
+    if translate is None or constraints is not None:
+        hypotheses = translator.translate(sources, progress=True, constraints=constraints)
+    else:
+        hypotheses = translate(sources)
     seconds = time.perf_counter() - started
     result = dict(
         bleu_chrf(hypotheses, references),

@@ -14,10 +14,13 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tokenizers import Tokenizer
 
 from ..data import tokenizer as tok
+
+T = TypeVar("T")
 
 # the last character of a token that ends a clause, by strength: a break after it
 BREAK_STRENGTH = {".": 4, "!": 4, "?": 4, ";": 3, ":": 3, ",": 2}
@@ -49,6 +52,12 @@ class Pieces:
 
     ids: list[list[int]]
     counts: list[int]
+
+    def first(self, values: Sequence[T], rest: T) -> list[T]:
+        """One value per piece: each text's on its first piece, `rest` on the others."""
+        return [
+            v for value, count in zip(values, self.counts) for v in [value, *[rest] * (count - 1)]
+        ]
 
     def joined(self, found: Sequence[list[tuple[str, float]]]) -> list[list[tuple[str, float]]]:
         """The n-best of each text from the n-best of each of its pieces (`found`, as `ids`):

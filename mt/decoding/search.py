@@ -4,7 +4,8 @@ Both decode a whole batch at once; how the loop meets the device (how often the 
 whether done sentences' rows leave the cache, a static cache, CUDA graphs) is a `Plan`. A
 sentence's output has at most `max_len` tokens before EOS, which is then forced;
 `output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
-Put the model in eval mode first.
+A `prefix` (B, P) of target tokens, PAD where a sentence's is shorter, forces each
+hypothesis's first tokens; the search continues from them. Put the model in eval mode first.
 """
 
 from __future__ import annotations
@@ -74,6 +75,18 @@ def _forbid(scores: Tensor, force_eos: Tensor | None) -> Tensor:
     return scores
 
 
+def _force(scores: Tensor, forced: Tensor) -> Tensor:
+    # scores (R, V), forced (R,): the token a row must take now, PAD where it is free
+    # -> the same tensor, -inf but at the forced token in rows that have one
+    other = torch.arange(scores.size(1), device=scores.device) != forced.unsqueeze(1)
+    return scores.masked_fill_(other & (forced != PAD).unsqueeze(1), NEG_INF)
+
+
+def _forced_at(prefix: Tensor | None, t: int, sentences: Tensor) -> Tensor | None:
+    # the tokens `prefix` forces on `sentences` (R,) at step t; None once it has none
+    return prefix[sentences, t] if prefix is not None and t < prefix.size(1) else None
+
+
 @dataclass(frozen=True)
 class Plan:
     """How a search loop meets its device. The host looks at the search only every
@@ -127,14 +140,28 @@ def _guarded(
 
 @torch.inference_mode()
 def greedy(
-    model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan = Plan()
+    model: Transformer,
+    src: Tensor,
+    max_len: int | Tensor,
+    plan: Plan = Plan(),
+    prefix: Tensor | None = None,
 ) -> list[list[int]]:
     """The most probable token at each step. src (B, S); max_len an int or a (B,) tensor
     such as max_output_lengths(src, a, b) -> per sentence, its tokens without BOS and EOS."""
-    return _guarded(model, plan, lambda p: _greedy(model, src, max_len, p), lambda x: x)
+    return _guarded(model, plan, lambda p: _greedy(model, src, max_len, p, prefix)[0], lambda x: x)
 
 
-def _greedy(model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan) -> list[list[int]]:
+def _greedy(
+    model: Transformer,
+    src: Tensor,
+    max_len: int | Tensor,
+    plan: Plan,
+    prefix: Tensor | None = None,
+    choose: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[list[list[int]], Tensor]:
+    """One token a step for each sentence: the most probable, or `choose`'s pick from the
+    log-probabilities (R, V) -> (R,) (sampling) -> (outputs, their log-probabilities (B,),
+    computed only with `choose`)."""
     limit = _limits(model, src, max_len)  # (B,)
     steps = int(limit.max()) + 1  # the last one can only give EOS
     first_limit = int(limit.min())  # no row has to give EOS before this step
@@ -143,10 +170,20 @@ def _greedy(model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan) 
     rows = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each row
     tokens = src.new_full(rows.shape, BOS)
     done = torch.zeros_like(rows, dtype=torch.bool)  # (N,) the row has given EOS
+    logprob = torch.zeros(src.size(0), device=src.device)
     for t in range(steps):
-        logits = decode_step(tokens)  # (N, V): the argmax needs no softmax
+        scores = decode_step(tokens)  # (N, V): the argmax needs no softmax
+        if choose is not None:  # log-probs before masking: those `mt score` gives
+            scores = scores.float().log_softmax(-1)
         force_eos = t >= limit[rows] if t >= first_limit else None
-        tokens = _forbid(logits, force_eos).argmax(-1)  # (N,)
+        _forbid(scores, force_eos)
+        if (forced := _forced_at(prefix, t, rows)) is not None:
+            _force(scores, forced)
+        if choose is None:
+            tokens = scores.argmax(-1)  # (N,)
+        else:
+            tokens = choose(scores)
+            logprob[rows] += scores.gather(1, tokens.unsqueeze(1)).squeeze(1).masked_fill(done, 0)
         out[rows, t] = tokens  # what follows a row's first EOS is cut off below
         done |= tokens == EOS
         if (t + 1) % plan.check_every == 0:  # the host looks
@@ -156,12 +193,16 @@ def _greedy(model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan) 
             if not plan.static and len(live) < len(rows):
                 rows, tokens, done = rows[live], tokens[live], done[live]
                 state.select(live, live)
-    return [seq[: seq.index(EOS)] for seq in out.tolist()]
+    return [seq[: seq.index(EOS)] for seq in out.tolist()], logprob
 
 
 @torch.inference_mode()
 def beam_search(
-    model: Transformer, src: Tensor, cfg: DecodeConfig, plan: Plan = Plan()
+    model: Transformer,
+    src: Tensor,
+    cfg: DecodeConfig,
+    plan: Plan = Plan(),
+    prefix: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over all sentences and beams at once, as `cfg` says (beam, alpha,
     max_len_a/b, nbest, no_repeat_ngram) -> per sentence, its `nbest` best hypotheses (fewer
@@ -176,13 +217,13 @@ def beam_search(
     return _guarded(
         model,
         plan,
-        lambda p: _beam_search(model, src, cfg, p),
+        lambda p: _beam_search(model, src, cfg, p, prefix),
         lambda found: [[h.tokens for h in hyps] for hyps in found],
     )
 
 
 def _beam_search(
-    model: Transformer, src: Tensor, cfg: DecodeConfig, plan: Plan
+    model: Transformer, src: Tensor, cfg: DecodeConfig, plan: Plan, prefix: Tensor | None
 ) -> list[list[Hypothesis]]:
     beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
     n_src, device = src.size(0), src.device
@@ -208,6 +249,8 @@ def _beam_search(
         if cfg.no_repeat_ngram and t >= cfg.no_repeat_ngram:
             banned = _repeated_ngrams(history[:, :t], cfg.no_repeat_ngram, logprobs.size(1))
             logprobs.masked_fill_(banned, NEG_INF)
+        if (forced := _forced_at(prefix, t, sent)) is not None:
+            _force(logprobs, forced.repeat_interleave(beam))
         # the 2k best extensions: at most k end in EOS (one per beam), so k others remain
         cand, origin, word = best_extensions(logprobs, alive, 2 * beam)  # (N, 2k) each
         origin += torch.arange(n, device=device).unsqueeze(1) * beam  # beam -> its row

@@ -1,10 +1,13 @@
 """Translate text: sources encoded (one longer than the model's positions cut into pieces that
 fit, mt.decoding.pieces), sorted by length, packed into batches of about `decode.batch_tokens`
-source tokens (0: as many as suit the device), decoded greedily or with beam search, and
-returned in input order."""
+source tokens (0: as many as suit the device), decoded greedily, with beam search or by
+sampling (mt.decoding.sampling), each optionally from a forced target prefix, a batch with
+terminology constraints by constrained beam search (mt.decoding.constraints), and returned in
+input order."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,13 +18,24 @@ from tqdm import tqdm
 from ..config import DecodeConfig, ModelConfig
 from ..data import tokenizer as tok
 from ..data.batches import pad_batch
-from ..data.tokenizer import EOS
+from ..data.tokenizer import EOS, PAD
 from ..device import autocast, precision_for
-from ..errors import MachineError
+from ..errors import ConfigError, MachineError
 from ..messages import say
 from ..model import Transformer, max_length
+from .constraints import Constraints, constrained_beam_search, encode_constraints
+from .ensemble import Ensemble
 from .pieces import source_pieces
-from .search import Hypothesis, beam_search, greedy, max_output_lengths, plan_for
+from .sampling import sample
+from .search import (
+    Hypothesis,
+    beam_search,
+    greedy,
+    max_output_lengths,
+    output_lengths,
+    plan_for,
+    within_positions,
+)
 
 
 def translate_nbest(
@@ -32,11 +46,26 @@ def translate_nbest(
     cfg: DecodeConfig,
     device: torch.device | str = "cpu",
     progress: bool = False,
+    prefixes: Sequence[str] | None = None,
+    constraints: Sequence[Sequence[str]] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Up to `cfg.nbest` (text, score) pairs per text, best first; the score is the
-    length-normalised log-probability (NaN for greedy search, which does not compute it)."""
+    length-normalised log-probability (NaN for greedy search, which does not compute it).
+    `prefixes`: the target text each translation starts with ("": none), one per text;
+    `constraints`: the target terms each translation must contain, a list per text (a text
+    cut into pieces has both on its first piece)."""
     pieces = source_pieces(src_tokenizer, texts, max_length(model.cfg))
-    hypotheses = translate_ids(model, pieces.ids, cfg, device, progress)
+    ids = pieces.ids
+    forced = None if prefixes is None else pieces.first(tok.encode(tgt_tokenizer, prefixes), [])
+    terms = None
+    if constraints is not None:
+        if cfg.sampling:
+            raise ConfigError("constraints need beam search: decode.sampling samples")
+        if len(constraints) != len(texts):
+            raise ConfigError(f"{len(constraints)} lists of terms for {len(texts)} texts")
+        limits = output_limits(model, ids, cfg)
+        terms = encode_constraints(tgt_tokenizer, pieces.first(constraints, []), limits)
+    hypotheses = translate_ids(model, ids, cfg, device, progress, forced, terms)
     flat = tok.decode(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
     out, start = [], 0
     for hyps in hypotheses:
@@ -71,12 +100,21 @@ def translate_ids(
     cfg: DecodeConfig,
     device: torch.device | str = "cpu",
     progress: bool = False,
+    prefixes: Sequence[Sequence[int]] | None = None,
+    constraints: Sequence[Constraints | None] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Hypotheses (token ids and scores) for each source (ids that fit the model), in order.
-    A batch too big for the device's memory is halved (said once) until it fits."""
+    """Hypotheses (token ids and scores) for each source (ids that fit the model), in order,
+    each starting with its `prefixes` tokens and containing its `constraints` if given. A
+    batch too big for the device's memory is halved (said once) until it fits. Sampling draws
+    from a generator seeded with `cfg.seed` (None: 0) for the whole call."""
     device = torch.device(device)
     dtype, _ = precision_for(cfg.precision, device)
     plan = plan_for(device)
+    if cfg.sampling or isinstance(model, Ensemble):  # no CUDA graphs: see `Plan`
+        plan = dataclasses.replace(plan, buckets=False, graph=False)
+    if prefixes is not None:
+        check_prefixes(model, ids, prefixes, cfg)
+    search = _searcher(cfg, device)
     model.eval()
     results: list[list[Hypothesis]] = [[] for _ in ids]
     order = [i for i in np.argsort([-len(x) for x in ids], kind="stable") if ids[i]]
@@ -92,9 +130,14 @@ def translate_ids(
             pending += [batch[i : i + cap] for i in range(0, len(batch), cap)][::-1]
             continue
         src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=EOS)).to(device)
+        prefix = _prefix_batch(prefixes, batch, device)
+        rules = [constraints[i] for i in batch] if constraints else []
         try:
             with autocast(device, dtype):  # log-probabilities are float32 all the same
-                found = _search(model, src, cfg, plan)
+                if any(rules):
+                    found = constrained_beam_search(model, src, cfg, rules, prefix)
+                else:
+                    found = search(model, src, plan, prefix)
         except torch.OutOfMemoryError:
             if len(batch) == 1:
                 raise MachineError(
@@ -130,11 +173,58 @@ def _batches(ids: Sequence[Sequence[int]], order: list, budget: int, beam: int) 
     return batches
 
 
-def _search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, plan) -> list:
-    """Greedy search (one hypothesis, no score) or beam search of one batch."""
+def _searcher(cfg: DecodeConfig, device: torch.device):
+    """The search of a batch as `cfg` says: (model, src, plan, prefix) -> hypotheses per
+    sentence. Sampling (its generator seeded once), greedy search (one hypothesis, no score)
+    or beam search."""
+    if cfg.sampling:
+        generator = torch.Generator(device).manual_seed(cfg.seed or 0)
+        return lambda model, src, plan, prefix: sample(model, src, cfg, generator, plan, prefix)
     if cfg.greedy:
-        lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
-        return [
-            [Hypothesis(t, float("nan"), float("nan"))] for t in greedy(model, src, lengths, plan)
-        ]
-    return beam_search(model, src, cfg, plan)
+
+        def search_greedy(model, src, plan, prefix) -> list:
+            lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
+            found = greedy(model, src, lengths, plan, prefix)
+            return [[Hypothesis(t, float("nan"), float("nan"))] for t in found]
+
+        return search_greedy
+    return lambda model, src, plan, prefix: beam_search(model, src, cfg, plan, prefix)
+
+
+def check_prefixes(
+    model: Transformer,
+    ids: Sequence[Sequence[int]],
+    prefixes: Sequence[Sequence[int]],
+    cfg: DecodeConfig,
+) -> None:
+    """Refuse a prefix longer than its sentence's output may be (decode.max_len_a/b, the
+    model's positions): the search could not end after it."""
+    if len(prefixes) != len(ids):
+        raise ConfigError(f"{len(prefixes)} prefixes for {len(ids)} texts: give one per text")
+    for number, (prefix, limit) in enumerate(
+        zip(prefixes, output_limits(model, ids, cfg)), start=1
+    ):
+        if len(prefix) > limit:
+            raise ConfigError(
+                f"text {number}: its prefix has {len(prefix)} tokens, more than the {limit} "
+                "its translation may have (decode.max_len_a, decode.max_len_b)"
+            )
+
+
+def output_limits(model: Transformer, ids: Sequence[Sequence[int]], cfg: DecodeConfig) -> list[int]:
+    """The most tokens each source's output may have (decode.max_len_a/b, the source's EOS
+    counted, within the model's positions)."""
+    lengths = torch.tensor([len(src) + 1 for src in ids], dtype=torch.long)
+    limits = output_lengths(lengths, cfg.max_len_a, cfg.max_len_b)
+    return within_positions(limits, model.cfg).tolist()
+
+
+def _prefix_batch(
+    prefixes: Sequence[Sequence[int]] | None, batch: list, device: torch.device
+) -> torch.Tensor | None:
+    """The batch's prefixes as a PAD-filled (B, P) tensor; None if none has one."""
+    if prefixes is None or not any(prefixes[i] for i in batch):
+        return None
+    width = max(len(prefixes[i]) for i in batch)
+    rows = [[*prefixes[i], *[PAD] * (width - len(prefixes[i]))] for i in batch]
+    return torch.tensor(rows, device=device)

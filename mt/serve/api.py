@@ -36,6 +36,8 @@ from .batcher import BadRequest, Service
 from .requests import (
     DETECT_FIELDS,
     check_limits,
+    parse_glossary,
+    parse_prefixes,
     parse_request,
     parse_texts,
     read_body,
@@ -153,11 +155,22 @@ class Api:
         src, tgt = info["source"], info["target"]
         return _json([language(src, [tgt]), language(tgt, [])])
 
-    async def _translate_texts(self, texts: list[str], beam: int, nbest: int) -> list:
+    async def _translate_texts(
+        self,
+        texts: list[str],
+        beam: int,
+        nbest: int,
+        prefixes: list[str] | None = None,
+        terms: list[list[str]] | None = None,
+    ) -> list:
         """Each text's n-best, its sentences decoded in the batcher and put back in its layout
         (mt.text), a request's worth of sentences at a time: the /translate requests that
-        come meanwhile are decoded between them."""
+        come meanwhile are decoded between them. Texts given `prefixes` or `terms` (which are
+        a whole text's) are translated whole."""
         from ..text import Layouts
+
+        if prefixes is not None or terms is not None:
+            return await self.service.submit(texts, beam, nbest, prefixes, terms)
 
         layouts, most, found = Layouts(texts), self.settings.max_texts, []
         for start in range(0, len(layouts.sentences), most):
@@ -180,6 +193,7 @@ class Api:
             found = [[(data.decode("utf-8"), math.nan)] for data in written]  # no score
         else:
             check_limits(texts, self.settings)
+            prefixes, terms = parse_prefixes(fields, len(texts)), parse_glossary(fields, texts)
             taken = [taken_as(c, info) for c in await self._identify(texts, info)] if auto else None
             # a text already in the target language is returned as it is, unscored
             found = [[(text, math.nan)] for text in texts]
@@ -187,8 +201,9 @@ class Api:
                 i for i in range(len(texts)) if not taken or taken[i]["language"] != info["target"]
             ]
             if todo:
+                steer = [None if x is None else [x[i] for i in todo] for x in (prefixes, terms)]
                 wanted = [texts[i] for i in todo]
-                decoded = await self._translate_texts(wanted, beam, alternatives + 1)
+                decoded = await self._translate_texts(wanted, beam, alternatives + 1, *steer)
                 for i, hyps in zip(todo, decoded):
                     found[i] = hyps
         seconds = time.perf_counter() - started

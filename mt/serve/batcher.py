@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MtError, one_line
 from ..messages import say
 
 if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays quick
@@ -68,6 +68,8 @@ class Job:
     nbest: int
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
+    prefixes: list[str] | None = None  # the target text each translation starts with
+    terms: list[list[str]] | None = None  # the target terms each translation contains
 
 
 class Service:
@@ -145,9 +147,25 @@ class Service:
     def _run(self, jobs: list[Job], beam: int, nbest: int) -> None:
         decode = dataclasses.replace(self.translator.config.decode, beam=beam, nbest=nbest)
         texts = [text for job in jobs for text in job.texts]
+        prefixes = [p for job in jobs for p in job.prefixes or [""] * len(job.texts)]
+        terms = [t for job in jobs for t in job.terms or [[]] * len(job.texts)]
         self.batches, self.decoded = self.batches + 1, self.decoded + len(texts)
         try:
-            found = self.translator.translate_nbest(texts, decode)
+            found = self.translator.translate_nbest(
+                texts,
+                decode,
+                False,
+                prefixes if any(prefixes) else None,
+                terms if any(terms) else None,
+            )
+        except MtError as e:  # a request's input (a prefix too long): 400 to it alone
+            if len(jobs) > 1:
+                for job in jobs:
+                    self._run([job], beam, nbest)
+                return
+            error = BadRequest(400, one_line(e))
+            jobs[0].loop.call_soon_threadsafe(_settle, jobs[0].future, None, error)
+            return
         except Exception as e:  # a bug: its requests get a 500, the others go on
             for job in jobs:
                 job.loop.call_soon_threadsafe(_settle, job.future, None, e)
@@ -158,8 +176,16 @@ class Service:
             start += len(job.texts)
             job.loop.call_soon_threadsafe(_settle, job.future, result, None)
 
-    async def submit(self, texts: list[str], beam: int, nbest: int) -> list:
-        """The n-best (text, score) pairs of each text, decoded in some batch (once ready)."""
+    async def submit(
+        self,
+        texts: list[str],
+        beam: int,
+        nbest: int,
+        prefixes: list[str] | None = None,
+        terms: list[list[str]] | None = None,
+    ) -> list:
+        """The n-best (text, score) pairs of each text, decoded in some batch (once ready),
+        each starting with its `prefixes` text and containing its `terms` if given."""
         import asyncio
 
         if self.pending >= self.settings.max_requests:
@@ -171,7 +197,7 @@ class Service:
         future = loop.create_future()
         self.pending += 1
         try:
-            self.jobs.put(Job(texts, beam, nbest, loop, future))
+            self.jobs.put(Job(texts, beam, nbest, loop, future, prefixes, terms))
             return await future
         finally:
             self.pending -= 1

@@ -17,7 +17,8 @@ from .batcher import BadRequest, Settings
 MAX_BEAM = 16
 DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this, so that the
 # client reads our 413 rather than a connection reset
-FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam")
+FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam", "prefix")
+FIELDS += ("glossary",)
 DETECT_FIELDS = ("q", "api_key")
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
@@ -35,6 +36,9 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
     alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
     if alternatives and fields.get("format") == "html":
         raise BadRequest(400, "alternatives: not served with format 'html' (one translation)")
+    steered = sorted({"prefix", "glossary"} & set(fields))
+    if steered and fields.get("format") == "html":
+        raise BadRequest(400, f"{steered[0]}: not served with format 'html'")
     beam = _integer(fields, "beam", max(beam, alternatives + 1), 1, MAX_BEAM, form)
     if not beam_holds(alternatives + 1, beam):
         raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
@@ -60,6 +64,42 @@ def parse_texts(fields: dict[str, Any], known: tuple[str, ...]) -> tuple[list[st
         if not text.strip():
             raise BadRequest(400, f"q{'' if single else f'[{i}]'}: empty text")
     return texts, single
+
+
+def parse_prefixes(fields: dict[str, Any], count: int) -> list[str] | None:
+    """The `prefix` field of a request of `count` texts: the target text every translation
+    starts with, or a list of one per text; None when absent."""
+    if "prefix" not in fields:
+        return None
+    value = fields["prefix"]
+    prefixes = [value] * count if isinstance(value, str) else value
+    if not (isinstance(prefixes, list) and all(isinstance(p, str) for p in prefixes)) or (
+        len(prefixes) != count
+    ):
+        raise BadRequest(
+            400, f"prefix: expected a string or a list of {count} strings, got {_kind(value)}"
+        )
+    return prefixes
+
+
+def parse_glossary(fields: dict[str, Any], texts: list[str]) -> list[list[str]] | None:
+    """The `glossary` field, {source term: target term}: the target terms each text's
+    translation must contain (those whose source term it has); None when absent."""
+    from ..decoding.constraints import glossary_terms
+
+    if "glossary" not in fields:
+        return None
+    glossary = fields["glossary"]
+    if not isinstance(glossary, dict) or not all(isinstance(t, str) for t in glossary.values()):
+        raise BadRequest(
+            400,
+            f"glossary: expected an object of source terms to target terms, got {_kind(glossary)}",
+        )
+    folded: dict[str, str] = {}
+    for source, target in glossary.items():
+        if folded.setdefault(source.lower(), target) != target:
+            raise BadRequest(400, f"glossary: conflicting constraints for {source!r}")
+    return glossary_terms(folded, texts)
 
 
 def check_languages(fields: dict[str, Any], source: str, target: str) -> None:
