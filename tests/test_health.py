@@ -215,8 +215,12 @@ def test_a_run_that_memorises_its_training_targets_stops_before_its_last_validat
         "NLL went from 5.91 to 5.70 meanwhile; set train.clip_norm (1.0), set "
         "model.norm_first=true (pre-norm), lengthen the warm-up"
     )
+    assert found.message.endswith(
+        "; or, if it overfits, raise model.dropout or train.label_smoothing"
+    )
     flat = [[step, 5.91] for step, _ in logs]
-    assert health.ran_away(config(), flat[:7], checks[:7], 10).check == "diverged"
+    found = health.ran_away(config(), flat[:7], checks[:7], 10)
+    assert found.check == "diverged" and found.message.endswith("or lower train.lr")
     assert health.ran_away(config(), logs[:7], checks[:7], 650) is None  # within the warm-up
     not_a_number = [*checks[:6], [700, math.nan, math.nan, 0]]
     assert health.ran_away(config(), logs[:7], not_a_number, 10) is None  # no verdict
