@@ -67,7 +67,7 @@ TRAIN_PROGRESS = 0.015  # an NLL that fell less than this fraction across the wi
 # validations in a row ran away: healthy runs, 2 in a row, stayed below their best or rose
 # 0.05 at most 9 epochs past it, 0.53 at 35 epochs past it (a model overfitting 1,000 pairs
 # without dropout or label smoothing); the two runs that ran away were 1.12 and 1.22 nats
-# above it at their second validation over 0.35
+# above it at the second validation that rose above it
 RUNAWAY, RUNAWAY_VALIDATIONS = 0.75, 2
 
 
