@@ -4,6 +4,7 @@ updates, its source barely used for the first 100)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -337,6 +338,14 @@ def test_a_collapsing_run_stops_with_a_diagnosis_and_exit_3(corpus_file, tmp_pat
     saved = checkpoint.load_trainer_state(run / "checkpoints" / "last")
     assert saved["state"]["step"] == fired[0]["step"]  # what was there is saved
     assert saved["state"]["vitals"]["stopped"] == "collapsed"
+    # scripts/health_replay.py, which the thresholds were measured with, judges as training did
+    spec = importlib.util.spec_from_file_location(
+        "health_replay", Path(__file__).resolve().parents[1] / "scripts" / "health_replay.py"
+    )
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    verdict = replay.replay(run)["verdict"]
+    assert (verdict["step"], verdict["check"]) == (fired[0]["step"], "collapsed")
     # resumed as it was, it is refused; resumed anyway, it goes on
     code, _, err = cli_main(*train_args(corpus_file, run))
     assert code == 2 and "the health check 'collapsed' stopped this run" in err
