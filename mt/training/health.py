@@ -295,7 +295,8 @@ class Checks:
 
     @property
     def diverged(self) -> bool:
-        """Whether the run diverged: its weights may not be numbers, keep the last good ones."""
+        """Whether the run diverged: its weights may not be numbers, or be worse than they were
+        (a runaway validation NLL): keep the last good ones."""
         return self.found is not None and self.found.check == "diverged"
 
     def counted(self, grad_norm: torch.Tensor | None) -> None:
