@@ -11,9 +11,9 @@ NLL rose above its best after the warm-up (scripts/health_replay.py: the runaway
         [--only NAME,NAME] [--data-from RUN]
 
 --out keeps each run's folder (its metrics.jsonl is the history the checks judged); --only runs
-the configurations whose name has one of these; --data-from starts each run from the prepared
-data of a run of the grid (no setting of the grid changes a data or tokenizer key, so each
-would prepare the same: `mt train` checks that the data fits its config, else prepares).
+the configurations named, or whose name has one of these; --data-from starts each run from the
+prepared data of a run of the grid (no setting of the grid changes a data or tokenizer key, so
+each would prepare the same: `mt train` checks that the data fits its config, else prepares).
 """
 
 from __future__ import annotations
@@ -125,7 +125,9 @@ def main() -> None:
     parser.add_argument("--data-from", type=Path, help="a run whose prepared data each starts from")
     parser.add_argument("--out", type=Path, help="keep the runs' folders here")
     args = parser.parse_args()
-    grid = [g for g in GRID if any(part in g[0] for part in args.only.split(","))]
+    parts = args.only.split(",")
+    exact = {name for name, *_ in GRID} & set(parts)  # a whole name: that one alone
+    grid = [g for g in GRID if g[0] in exact or any(p in g[0] for p in parts if p not in exact)]
     with tempfile.TemporaryDirectory() as scratch, ThreadPoolExecutor(args.jobs) as pool:
         root = args.out.resolve() if args.out else Path(scratch)
         common = args.data.resolve(), args.steps, root, args.data_from

@@ -4,6 +4,7 @@ updates, its source barely used for the first 100)."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from pathlib import Path
 
@@ -249,8 +250,12 @@ def test_a_run_that_memorises_its_training_targets_stops_before_its_last_validat
         "NLL went from 5.91 to 5.70 meanwhile; set train.clip_norm (1.0), set "
         "model.norm_first=true (pre-norm), lengthen the warm-up"
     )
+    assert found.message.endswith(
+        "; or, if it overfits, raise model.dropout or train.label_smoothing"
+    )
     flat = [[step, 5.91] for step, _ in logs]
-    assert health.ran_away(config(), flat[:7], checks[:7], 10).check == "diverged"
+    found = health.ran_away(config(), flat[:7], checks[:7], 10)
+    assert found.check == "diverged" and found.message.endswith("or lower train.lr")
     assert health.ran_away(config(), logs[:7], checks[:7], 650) is None  # within the warm-up
     not_a_number = [*checks[:6], [700, math.nan, math.nan, 0]]
     assert health.ran_away(config(), logs[:7], not_a_number, 10) is None  # no verdict
@@ -367,6 +372,14 @@ def test_a_collapsing_run_stops_with_a_diagnosis_and_exit_3(corpus_file, tmp_pat
     saved = checkpoint.load_trainer_state(run / "checkpoints" / "last")
     assert saved["state"]["step"] == fired[0]["step"]  # what was there is saved
     assert saved["state"]["vitals"]["stopped"] == "collapsed"
+    # scripts/health_replay.py, which the thresholds were measured with, judges as training did
+    spec = importlib.util.spec_from_file_location(
+        "health_replay", Path(__file__).resolve().parents[1] / "scripts" / "health_replay.py"
+    )
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    verdict = replay.replay(run)["verdict"]
+    assert (verdict["step"], verdict["check"]) == (fired[0]["step"], "collapsed")
     # resumed as it was, it is refused; resumed anyway, it goes on
     code, _, err = cli_main(*train_args(corpus_file, run))
     assert code == 2 and "the health check 'collapsed' stopped this run" in err

@@ -50,6 +50,8 @@ from ..config import Config, TrainConfig
 from ..data.store import Sentences, added
 from ..errors import ConfigError
 
+History = Sequence[Sequence[float]]  # (step, ...) records, oldest first
+
 MAX_BAD_UPDATES = 5  # consecutive non-finite losses before the run is called diverged
 EXPLOSION = 100.0  # a window's gradient norm this many times the earlier median has exploded
 BLEU_FLOOR = 1.0  # validation BLEU below this translates nothing
@@ -61,7 +63,12 @@ TRAIN_PROGRESS = 0.015  # an NLL that fell less than this fraction across the wi
 # is not learning (training: the mean of the first third of the window's logged NLLs against
 # the last third's; validation: its first against its last): collapsed runs fell 0.9% and
 # 1.1% at most, healthy ones whose gap was small 2.3% and 4.5% at least
-RUNAWAY, RUNAWAY_VALIDATIONS = 0.75, 2  # provisional: measured next
+# a validation NLL over RUNAWAY nats above its best (a perplexity 2.1 times) in this many
+# validations in a row ran away: healthy runs, 2 in a row, stayed below their best or rose
+# 0.05 at most 9 epochs past it, 0.53 at 35 epochs past it (a model overfitting 1,000 pairs
+# without dropout or label smoothing); the two runs that ran away were 1.12 and 1.22 nats
+# above it at the second validation that rose above it
+RUNAWAY, RUNAWAY_VALIDATIONS = 0.75, 2
 
 
 @dataclass
@@ -116,10 +123,12 @@ class Diagnosis:
     message: str  # one line: what was seen, the likely cause, the setting to change
 
 
-def _fixes(config: Config) -> str:
-    """The settings that cure an unstable start, the likeliest first."""
+def _fixes(config: Config, clip: bool = False) -> str:
+    """The settings that cure an unstable start, the likeliest first; `clip`: updates that
+    blew up, which clipping the gradient norm bounds."""
+    clip_norm = "set train.clip_norm (1.0), " if clip and not config.train.clip_norm else ""
     post_norm = "set model.norm_first=true (pre-norm), " if not config.model.norm_first else ""
-    return f"{post_norm}lengthen the warm-up (train.warmup_steps) or lower train.lr"
+    return f"{clip_norm}{post_norm}lengthen the warm-up (train.warmup_steps) or lower train.lr"
 
 
 def unigram_entropy(targets: Sentences, end: int) -> float:
@@ -138,11 +147,10 @@ def diverged(config: Config, step: int, bad_updates: int) -> Diagnosis | None:
     """After an update whose loss was not finite (`bad_updates` in a row, at update `step`)."""
     if bad_updates < MAX_BAD_UPDATES:
         return None
-    clip = "" if config.train.clip_norm else "set train.clip_norm (1.0), "
     return Diagnosis(
         "diverged",
         f"diverged: the loss was not a finite number in {bad_updates} updates in a row at "
-        f"step {step}; {clip}{_fixes(config)}",
+        f"step {step}; {_fixes(config, clip=True)}",
     )
 
 
@@ -162,20 +170,15 @@ def check_gradients(config: Config, step: int, norms: Sequence[float]) -> Diagno
     usual = statistics.median(norms[:-1])
     if norm < EXPLOSION * usual:
         return None
-    clip = "" if config.train.clip_norm else "set train.clip_norm (1.0), "
     return Diagnosis(
         "exploded",
         f"exploded: the gradient norm reached {norm:.3g} at step {step}, {norm / usual:.0f} "
-        f"times its usual {usual:.3g}; {clip}{_fixes(config)}",
+        f"times its usual {usual:.3g}; {_fixes(config, clip=True)}",
     )
 
 
 def check_validations(
-    config: Config,
-    train_nlls: Sequence[Sequence[float]],
-    validations: Sequence[Sequence[float]],
-    warmup: int,
-    unigram: float,
+    config: Config, train_nlls: History, validations: History, warmup: int, unigram: float
 ) -> Diagnosis | None:
     """At a validation: `train_nlls` are (step, NLL) of the logged training windows,
     `validations` (step, NLL, NLL with shuffled sources, BLEU) of the validations, oldest
@@ -189,11 +192,7 @@ def check_validations(
 
 
 def collapsed(
-    config: Config,
-    train_nlls: Sequence[Sequence[float]],
-    validations: Sequence[Sequence[float]],
-    warmup: int,
-    unigram: float,
+    config: Config, train_nlls: History, validations: History, warmup: int, unigram: float
 ) -> Diagnosis | None:
     """The model ignores its source over the window judged (see the module's docstring)."""
     step = validations[-1][0]
@@ -236,10 +235,7 @@ def collapsed(
 
 
 def ran_away(
-    config: Config,
-    train_nlls: Sequence[Sequence[float]],
-    validations: Sequence[Sequence[float]],
-    warmup: int,
+    config: Config, train_nlls: History, validations: History, warmup: int
 ) -> Diagnosis | None:
     """The validation NLL ran away from its best: over RUNAWAY nats above it in each of the
     last RUNAWAY_VALIDATIONS validations, all after the warm-up, whatever the training NLL
@@ -250,22 +246,22 @@ def ran_away(
     best_step, best, *_ = _best(validations[:-RUNAWAY_VALIDATIONS])
     (first, *_), (step, *_) = latest[0], latest[-1]
     then = [nll for s, nll in train_nlls if s <= best_step][-1:]
-    trained = (
-        f"; the training NLL went from {then[0]:.2f} to {train_nlls[-1][1]:.2f} meanwhile"
-        if then
-        else ""
-    )
-    clip = "" if config.train.clip_norm else "set train.clip_norm (1.0), "
+    trained, fits = "", ""
+    if then:
+        now = train_nlls[-1][1]
+        trained = f"; the training NLL went from {then[0]:.2f} to {now:.2f} meanwhile"
+        if now < (1 - TRAIN_PROGRESS) * then[0]:  # it fits its training targets instead
+            fits = "; or, if it overfits, raise model.dropout or train.label_smoothing"
     return Diagnosis(
         "diverged",
         f"diverged: the validation NLL ran away from its best ({best:.2f} at step "
         f"{best_step:.0f}): {', '.join(f'{v[1]:.2f}' for v in latest)} in the validations "
         f"from step {first:.0f} to {step:.0f}, each over {RUNAWAY:g} nats above it"
-        f"{trained}; {clip}{_fixes(config)}",
+        f"{trained}; {_fixes(config, clip=True)}{fits}",
     )
 
 
-def above_best(validations: Sequence[Sequence[float]], count: int = 0) -> float:
+def above_best(validations: History, count: int = 0) -> float:
     """How far, in nats, each of the last `count` (RUNAWAY_VALIDATIONS) validations' NLL is
     above the best before them, at the least; -inf with no validation before them."""
     count = count or RUNAWAY_VALIDATIONS
@@ -275,7 +271,7 @@ def above_best(validations: Sequence[Sequence[float]], count: int = 0) -> float:
     return latest - _best(validations[:-count])[1]
 
 
-def _best(validations: Sequence[Sequence[float]]) -> Sequence[float]:
+def _best(validations: History) -> Sequence[float]:
     """The validation of the least NLL (one that was not a number is not the best)."""
     return min(validations, key=lambda v: math.inf if math.isnan(v[1]) else v[1])
 
@@ -299,7 +295,8 @@ class Checks:
 
     @property
     def diverged(self) -> bool:
-        """Whether the run diverged: its weights may not be numbers, keep the last good ones."""
+        """Whether the run diverged: its weights may not be numbers, or be worse than they were
+        (a runaway validation NLL): keep the last good ones."""
         return self.found is not None and self.found.check == "diverged"
 
     def counted(self, grad_norm: torch.Tensor | None) -> None:
