@@ -47,7 +47,7 @@ RUN_README = """\
 - `init.json` (fine-tuned runs only): the checkpoint the run started from.
 - `data/`: the cleaned, split and encoded corpus: per split and side, `*.tokens` (token ids,
   uint16, or int32 for vocabularies over 65,536), `*.offsets` (int64, where each sentence
-  begins), for `numpy.memmap`, and `*.counts` (int64, how often each token id occurs);
+  begins), memory-mapped, and `*.counts` (int64, how often each token id occurs);
   `valid.jsonl` and `test.jsonl` hold their text; `meta.json` the statistics and the layout.
 - `metrics.jsonl`: one JSON object a line, `"kind": "train"` or `"valid"`.
 - `checkpoints/step-N/`: `model.safetensors` (weights; its metadata holds the config and both

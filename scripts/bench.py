@@ -4,8 +4,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
 --only and the page rebuilt from what is there):
 
   prepare  `mt prepare --rebuild` on the Tatoeba files: wall time and the data summary
-  scale    `mt prepare` on 100k, 1M and 5M aligned pairs and 20 updates of `mt train` on the
-           largest: time and peak memory (scripts/bench_prepare.py)
+  scale    `mt prepare` on 1M, 5M and 20M aligned pairs and 20 updates of `mt train` on each
+           store: time, peak RSS and anonymous memory, bytes a pair (scripts/bench_prepare.py)
   speed    ours vs torch.nn.Transformer, training tokens/s on identical batches (one process)
   recipe   the 20-minute CPU recipe (configs/tatoeba_cpu.yaml) trained from scratch: the
            budget is its horizon, fitted on this machine as it runs

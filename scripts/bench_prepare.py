@@ -290,10 +290,10 @@ def render(r: dict) -> list[str]:
         "## Corpora of any size: memory against the number of pairs",
         "",
         f"`python scripts/bench_prepare.py --data ../shared/data --sizes "
-        f"{','.join(sizes)}`, on {r.get('machine', machine())}, shared with other jobs (load "
-        f"average {' '.join(f'{x:.1f}' for x in r['uptime'])} before, "
-        f"{' '.join(f'{x:.1f}' for x in r['uptime_after'])} after): wall times and pairs/s "
-        "are those of a loaded machine, memory is not changed by load. The corpus: aligned "
+        f"{','.join(sizes)}`, on {r.get('machine', machine())}, load average "
+        f"{' '.join(f'{x:.1f}' for x in r['uptime'])} before, "
+        f"{' '.join(f'{x:.1f}' for x in r['uptime_after'])} after (wall times and pairs/s "
+        "depend on it, memory does not). The corpus: aligned "
         "text corpus.en/corpus.es, each line two random Tatoeba train pairs joined "
         f"(~{big['tokens']['src'] / big['pairs']['train']:.0f} tokens a side); `mt prepare "
         f"--config {CONFIG} --rebuild` end to end (vocabulary 8,000, a tokenizer sample of "

@@ -17,6 +17,7 @@ from mt.config_file import load_config
 from mt.data import corpus as corpus_module
 from mt.data import prepare as data_module
 from mt.data import scan, store
+from mt.data.batches import Batches, Position
 from mt.data.corpus import load_raw
 from mt.data.prepare import prepare
 from mt.errors import ConfigError, InputError, MtError
@@ -192,6 +193,27 @@ def test_a_store_without_token_counts_counts_its_tokens_and_damaged_ones_rebuild
     assert again.reused and np.array_equal(again.splits["train"].tgt.counts(), counts)
     (folder / "train.src.counts").write_bytes(np.zeros(3, np.int64).tobytes())
     assert not prepare(cfg).reused
+
+
+def mapped_kib(path: Path) -> int:
+    """KiB of `path` that this process has mapped (its RSS in /proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[:1] in "0123456789abcdef" and "-" in line.split(" ", 1)[0]:
+            inside = line.endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_a_batch_leaves_none_of_the_store_mapped(tmp_path):
+    train = prepare(config(tmp_path, aligned(tmp_path, clean_pairs()))).splits["train"]
+    files = [tmp_path / "run" / "data" / f"train.{side}.{k}" for side in ("src", "tgt")
+             for k in ("tokens", "offsets")]  # fmt: skip
+    train.src.ids.sum(), train.tgt.offsets.sum()  # read: mapped
+    assert mapped_kib(files[0]) > 0 and mapped_kib(files[3]) > 0
+    batch = next(Batches(train, 256, 0, Position(), prefetch=False))
+    assert len(batch[0]) and [mapped_kib(f) for f in files] == [0, 0, 0, 0]
 
 
 def test_several_corpora_keep_their_weights_in_the_store(tmp_path):
