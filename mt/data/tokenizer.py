@@ -17,6 +17,7 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tokenizers import (
@@ -34,6 +35,18 @@ from ..errors import ConfigError
 from .store import Sentences
 
 PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
+
+
+class Specials(NamedTuple):
+    """The ids a model reads and writes around the text's tokens: those of the vocabularies mt
+    learns (`SPECIALS`), or an imported model's own (model.pad_id ...; BOS may equal PAD)."""
+
+    pad: int
+    bos: int
+    eos: int
+
+
+SPECIALS = Specials(PAD, BOS, EOS)
 
 
 def train_tokenizer(

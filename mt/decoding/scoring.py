@@ -21,7 +21,6 @@ from ..data import tokenizer as tok
 from ..data.batches import collate, token_batches
 from ..data.corpus import Pair
 from ..data.store import Split
-from ..data.tokenizer import PAD
 from ..device import autocast, precision_for
 from ..errors import ConfigError
 from ..model import Transformer, max_length
@@ -75,11 +74,13 @@ def score_ids(
     logprobs = np.zeros(len(split))
     budget = decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
     for index in token_batches(*lengths, budget, 0, 0, shuffle=False):
-        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
+        arrays = collate(split, index, model.specials)
+        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in arrays)
         with autocast(device, dtype):
             logits = model(src, tgt_in)  # (B, T, V)
         token_logprobs = logits.float().log_softmax(-1).gather(-1, tgt_out.unsqueeze(-1))
-        logprobs[index] = token_logprobs.squeeze(-1).masked_fill(tgt_out == PAD, 0).sum(1).tolist()
+        padding = tgt_out == model.cfg.pad_id
+        logprobs[index] = token_logprobs.squeeze(-1).masked_fill(padding, 0).sum(1).tolist()
     return [
         Scored(float(lp), int(n), float(lp / n), float(lp / length_penalty(int(n), cfg.alpha)))
         for lp, n in zip(logprobs, lengths[1] + 1)

@@ -4,7 +4,8 @@ Both decode a whole batch at once; how the loop meets the device (how often the 
 whether done sentences' rows leave the cache, a static cache, CUDA graphs) is a `Plan`. A
 sentence's output has at most `max_len` tokens before EOS, which is then forced;
 `max_output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
-Put the model in eval mode first.
+The special ids are the model's (`model.cfg`: pad_id, bos_id, eos_id). Put the model in eval
+mode first.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from mt.config import DecodeConfig
-from mt.data.tokenizer import BOS, EOS, PAD
+from mt.config import DecodeConfig, ModelConfig
 from mt.decoding.graphs import Step, graphs_for
 from mt.model import DecoderState, Transformer, max_length
 
@@ -38,10 +38,10 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     return ((5 + length) / 6) ** alpha
 
 
-def max_output_lengths(src: Tensor, a: float, b: int) -> Tensor:
-    """a * (real source length) + b tokens for each sentence: src (B, S) -> (B,) long.
-    greedy and beam_search lower it where the model's max_positions requires."""
-    return ((src != PAD).sum(1) * a + b).long()
+def max_output_lengths(src: Tensor, a: float, b: int, pad: int = 0) -> Tensor:
+    """a * (real source length) + b tokens for each sentence: src (B, S) -> (B,) long, `pad`
+    the model's pad id. greedy and beam_search lower it where max_positions requires."""
+    return ((src != pad).sum(1) * a + b).long()
 
 
 def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
@@ -50,15 +50,15 @@ def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
     return limit.clamp(max=max_length(model.cfg))
 
 
-def _forbid(scores: Tensor, force_eos: Tensor | None) -> Tensor:
+def _forbid(scores: Tensor, force_eos: Tensor | None, cfg: ModelConfig) -> Tensor:
     # scores (R, V): logits or log-probs, force_eos (R,) bool or None (no row at its limit)
     # -> the same tensor, -inf where a token may not come next: PAD and BOS anywhere, all but
     # EOS in rows at their limit. Masked, not by `force_eos.any()`: no wait for the device
-    scores[:, PAD] = scores[:, BOS] = NEG_INF
+    scores[:, cfg.pad_id] = scores[:, cfg.bos_id] = NEG_INF
     if force_eos is not None:
-        eos = scores[:, EOS].clone()
+        eos = scores[:, cfg.eos_id].clone()
         scores.masked_fill_(force_eos.unsqueeze(1), NEG_INF)
-        scores[:, EOS] = eos
+        scores[:, cfg.eos_id] = eos
     return scores
 
 
@@ -127,16 +127,17 @@ def _greedy(model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan) 
     steps = int(limit.max()) + 1  # the last one can only give EOS
     first_limit = int(limit.min())  # no row has to give EOS before this step
     state, decode_step = _start(model, *model.encode(src), steps, 1, plan)
-    out = src.new_full((src.size(0), steps), EOS)
+    eos = model.cfg.eos_id
+    out = src.new_full((src.size(0), steps), eos)
     rows = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each row
-    tokens = src.new_full(rows.shape, BOS)
+    tokens = src.new_full(rows.shape, model.cfg.bos_id)
     done = torch.zeros_like(rows, dtype=torch.bool)  # (N,) the row has given EOS
     for t in range(steps):
         logits = decode_step(tokens)  # (N, V): the argmax needs no softmax
         force_eos = t >= limit[rows] if t >= first_limit else None
-        tokens = _forbid(logits, force_eos).argmax(-1)  # (N,)
+        tokens = _forbid(logits, force_eos, model.cfg).argmax(-1)  # (N,)
         out[rows, t] = tokens  # what follows a row's first EOS is cut off below
-        done |= tokens == EOS
+        done |= tokens == eos
         if (t + 1) % plan.check_every == 0:  # the host looks
             live = (~done).nonzero().squeeze(1)
             if len(live) == 0:
@@ -144,7 +145,7 @@ def _greedy(model: Transformer, src: Tensor, max_len: int | Tensor, plan: Plan) 
             if not plan.static and len(live) < len(rows):
                 rows, tokens, done = rows[live], tokens[live], done[live]
                 state.select(live, live)
-    return [seq[: seq.index(EOS)] for seq in out.tolist()]
+    return [seq[: seq.index(eos)] for seq in out.tolist()]
 
 
 @torch.inference_mode()
@@ -174,32 +175,34 @@ def _beam_search(
 ) -> list[list[Hypothesis]]:
     beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
     n_src, device = src.size(0), src.device
-    limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b))  # (B,)
+    pad, eos = model.cfg.pad_id, model.cfg.eos_id
+    lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, pad)
+    limit = _limits(model, src, lengths)  # (B,)
     steps, first_limit = int(limit.max()) + 1, int(limit.min())
     state, decode_step = _start(model, *model.encode(src), steps, beam, plan)
     # the nbest best finished hypotheses of each sentence so far
     fin_score = torch.full((n_src, nbest), NEG_INF, device=device)
     fin_logprob = torch.full((n_src, nbest), NEG_INF, device=device)
-    fin_tokens = src.new_full((n_src, nbest, steps), PAD)
+    fin_tokens = src.new_full((n_src, nbest, steps), pad)
     # the live hypotheses: k per sentence, their rows in the cache in that order
     sent = torch.arange(n_src, device=device)  # (N,) sentence of each group of k rows
     alive = torch.full((n_src, beam), NEG_INF, device=device)  # (N, k) their log-probs
     alive[:, 0] = 0.0  # the k beams start as copies of one
     done = torch.zeros(n_src, dtype=torch.bool, device=device)  # (N,) nothing can beat fin
-    history = src.new_full((n_src * beam, steps), PAD)  # (N * k, steps) their tokens
-    tokens = src.new_full((n_src * beam,), BOS)
+    history = src.new_full((n_src * beam, steps), pad)  # (N * k, steps) their tokens
+    tokens = src.new_full((n_src * beam,), model.cfg.bos_id)
     for t in range(steps):
         n = len(sent)
         logprobs = decode_step(tokens).float().log_softmax(-1)  # (N * k, V)
         force_eos = (t >= limit[sent]).repeat_interleave(beam) if t >= first_limit else None
-        _forbid(logprobs, force_eos)
+        _forbid(logprobs, force_eos, model.cfg)
         if cfg.no_repeat_ngram and t >= cfg.no_repeat_ngram:
             banned = _repeated_ngrams(history[:, :t], cfg.no_repeat_ngram, logprobs.size(1))
             logprobs.masked_fill_(banned, NEG_INF)
         # the 2k best extensions: at most k end in EOS (one per beam), so k others remain
         cand, origin, word = best_extensions(logprobs, alive, 2 * beam)  # (N, 2k) each
         origin += torch.arange(n, device=device).unsqueeze(1) * beam  # beam -> its row
-        ends = word == EOS
+        ends = word == eos
         # an EOS in the top k finishes a hypothesis (of a sentence not done yet)
         finished = ends[:, :beam] & ~done.unsqueeze(1)  # (N, k)
         score = torch.where(finished, cand[:, :beam] / length_penalty(t + 1, alpha), NEG_INF)
@@ -228,15 +231,15 @@ def _beam_search(
         history = history[rows]
         tokens = word.flatten()
         history[:, t] = tokens
-    return _finished(fin_tokens, fin_score, fin_logprob)
+    return _finished(fin_tokens, fin_score, fin_logprob, pad)
 
 
-def _finished(tokens: Tensor, score: Tensor, logprob: Tensor) -> list[list[Hypothesis]]:
-    """Each sentence's finished hypotheses, best first: tokens (N, nbest, steps) padded,
-    score and logprob (N, nbest), -inf where fewer than nbest finished."""
+def _finished(tokens: Tensor, score: Tensor, logprob: Tensor, pad: int) -> list[list[Hypothesis]]:
+    """Each sentence's finished hypotheses, best first: tokens (N, nbest, steps) padded with
+    `pad`, score and logprob (N, nbest), -inf where fewer than nbest finished."""
     return [
         [
-            Hypothesis([w for w in seq if w != PAD], s, lp)
+            Hypothesis([w for w in seq if w != pad], s, lp)
             for seq, s, lp in zip(*hyps)
             if s > NEG_INF
         ]

@@ -15,7 +15,6 @@ from tqdm import tqdm
 from ..config import DecodeConfig, ModelConfig
 from ..data import tokenizer as tok
 from ..data.batches import pad_batch
-from ..data.tokenizer import EOS
 from ..device import autocast, precision_for
 from ..errors import MtError
 from ..model import Transformer, max_length
@@ -116,7 +115,9 @@ def translate_ids(
         if len(batch) > cap:
             pending += [batch[i : i + cap] for i in range(0, len(batch), cap)][::-1]
             continue
-        src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=EOS)).to(device)
+        pad, _, eos = model.specials
+        src = pad_batch([ids[i] for i in batch], suffix=eos, pad=pad)
+        src = torch.from_numpy(src).to(device)
         try:
             with autocast(device, dtype):  # log-probabilities are float32 all the same
                 found = _search(model, src, cfg, plan)
@@ -159,7 +160,7 @@ def _batches(ids: Sequence[Sequence[int]], order: list, budget: int, beam: int) 
 def _search(model: Transformer, src: torch.Tensor, cfg: DecodeConfig, plan) -> list:
     """Greedy search (one hypothesis, no score) or beam search of one batch."""
     if cfg.beam == 1 and cfg.nbest == 1:
-        lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
+        lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, model.cfg.pad_id)
         return [
             [Hypothesis(t, float("nan"), float("nan"))] for t in greedy(model, src, lengths, plan)
         ]
