@@ -29,8 +29,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from . import marian
 from .config import Config
 from .config_file import config_from_dict
+from .data.tokenizer import tokenizer_from_str
 from .errors import ConfigError
 from .files import atomic_path, remove
 from .run_folder import BEST, CHECKPOINTS, LAST, checkpoints_dir
@@ -232,11 +234,17 @@ def read_metadata(path: Path) -> dict[str, str]:
 def read_config(path: str | Path) -> Config:
     """The config a checkpoint (anything `resolve` accepts) was trained with."""
     file = resolve(path)
+    if marian.marian_folder(file):
+        return marian.marian_config(file)
     return config_from_dict(meta_json(read_metadata(file), "config", file), f"{file} (config)")
 
 
 def resolve(path: str | Path) -> Path:
-    """The weights file of a run folder (best, else last), a checkpoint folder or a file."""
+    """The weights file of a run folder (best, else last), a checkpoint folder or a file; a
+    Marian folder or Hub id (mt.marian): its folder."""
+    folder = marian.marian_folder(path)
+    if folder is not None:
+        return folder
     path = Path(path)
     if path.is_file():
         return path
@@ -254,6 +262,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     from .model import Transformer
 
     file = resolve(path)
+    if marian.marian_folder(file):
+        return Loaded(*marian.load_marian(file, device), file, {"step": "0"})
     state, meta = load_weights(file)
     config = read_config(file)
     src_tok, tgt_tok = read_tokenizers(file, meta)
@@ -278,7 +288,7 @@ def read_tokenizers(file: Path, meta: dict[str, str] | None = None) -> tuple[Tok
     """The source and target tokenizers a weights file was trained with."""
     meta = read_metadata(file) if meta is None else meta
     try:
-        return tuple(Tokenizer.from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt"))
+        return tuple(tokenizer_from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt"))
     except Exception:  # KeyError, or the tokenizers library's own error
         raise ConfigError(
             f"{file}: damaged checkpoint: no valid tokenizers in its metadata"

@@ -37,9 +37,7 @@ def max_length(cfg: ModelConfig) -> int:
 
 def sinusoids(length: int, d_model: int, layout: str = "interleaved") -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) (3.5) -> (length, D).
-    layout "halves": the same values, sines in the first half and cosines in the second, in
-    float64 as Marian builds them (transformers' MarianSinusoidalPositionalEmbedding), so an
-    imported model sees its own table to the last bit."""
+    "halves": sines then cosines, in float64 as in transformers' Marian: its exact table."""
     if layout == "halves":
         freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
         angle = torch.arange(length, dtype=torch.float64).unsqueeze(1) * freq
@@ -315,9 +313,7 @@ class Transformer(nn.Module):
     def logits(self, x: Tensor) -> Tensor:
         # the decoder stack's output (..., D) -> logits (..., V)
         logits = self.out(self.decoder_norm(x))
-        if self.cfg.logits_bias:
-            return logits + self.logits_bias.to(logits.dtype)
-        return logits
+        return logits + self.logits_bias.to(logits.dtype) if self.cfg.logits_bias else logits
 
     def forward(self, src: Tensor, tgt_in: Tensor, packed: PackedBatch | None = None) -> Tensor:
         # src (B, S), tgt_in (B, T) -> logits (B, T, V). With `packed` (tensors), the rows

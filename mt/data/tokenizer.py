@@ -94,6 +94,16 @@ def train_tokenizers(
     return train_tokenizer(src, cfg, len(src)), train_tokenizer(tgt, cfg, len(tgt))
 
 
+def tokenizer_from_str(text: str) -> Tokenizer:
+    """A saved tokenizer: ours (tokenizers' JSON), or a Marian model's SentencePiece one
+    (mt.data.spm, which has the same interface)."""
+    from . import spm
+
+    if spm.is_saved(text):
+        return spm.SentencePieceTokenizer.from_str(text)
+    return Tokenizer.from_str(text)
+
+
 def tokenizer_files(run_dir: Path, src_lang: str, tgt_lang: str, joint: bool) -> tuple[Path, Path]:
     """Where a run keeps its tokenizers: tokenizer.json, or tokenizer.<lang>.json each."""
     if joint:
