@@ -196,6 +196,11 @@ class DecodeConfig:
     max_len_a: float = 1.5  # output at most a * source_length + b tokens
     max_len_b: int = 10
     nbest: int = resumable(1)
+    # beam search's rules: mt's (GNMT's penalty, a sentence done when nothing can beat its
+    # nbest-th finished hypothesis), or transformers' generate() (penalty L ** alpha, beam
+    # finished hypotheses kept, done by its early-stop heuristic at the current length, a
+    # forced EOS scored 0): what an exported model's pipeline("translation") does
+    rules: Literal["mt", "transformers"] = resumable("mt")
     no_repeat_ngram: int = resumable(0)  # forbid repeating any n-gram of this size; 0 disables
     # source tokens per decoding batch, each counted once per beam hypothesis; 0: the
     # device's (4096 on a CPU, more on a GPU)

@@ -174,6 +174,12 @@ def _beam_search(
     model: Transformer, src: Tensor, cfg: DecodeConfig, plan: Plan
 ) -> list[list[Hypothesis]]:
     beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
+    hf = cfg.rules == "transformers"  # generate()'s rules (DecodeConfig.rules)
+    kept = max(nbest, beam) if hf else nbest  # finished hypotheses kept
+
+    def penalty(length):
+        return length**alpha if hf else length_penalty(length, alpha)
+
     n_src, device = src.size(0), src.device
     pad, eos = model.cfg.pad_id, model.cfg.eos_id
     lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, pad)
@@ -181,9 +187,9 @@ def _beam_search(
     steps, first_limit = int(limit.max()) + 1, int(limit.min())
     state, decode_step = _start(model, *model.encode(src), steps, beam, plan)
     # the nbest best finished hypotheses of each sentence so far
-    fin_score = torch.full((n_src, nbest), NEG_INF, device=device)
-    fin_logprob = torch.full((n_src, nbest), NEG_INF, device=device)
-    fin_tokens = src.new_full((n_src, nbest, steps), pad)
+    fin_score = torch.full((n_src, kept), NEG_INF, device=device)
+    fin_logprob = torch.full((n_src, kept), NEG_INF, device=device)
+    fin_tokens = src.new_full((n_src, kept, steps), pad)
     # the live hypotheses: k per sentence, their rows in the cache in that order
     sent = torch.arange(n_src, device=device)  # (N,) sentence of each group of k rows
     alive = torch.full((n_src, beam), NEG_INF, device=device)  # (N, k) their log-probs
@@ -196,6 +202,8 @@ def _beam_search(
         logprobs = decode_step(tokens).float().log_softmax(-1)  # (N * k, V)
         force_eos = (t >= limit[sent]).repeat_interleave(beam) if t >= first_limit else None
         _forbid(logprobs, force_eos, model.cfg)
+        if hf and force_eos is not None:  # transformers' ForcedEOSTokenLogitsProcessor
+            logprobs[:, eos].masked_fill_(force_eos, 0.0)
         if cfg.no_repeat_ngram and t >= cfg.no_repeat_ngram:
             banned = _repeated_ngrams(history[:, :t], cfg.no_repeat_ngram, logprobs.size(1))
             logprobs.masked_fill_(banned, NEG_INF)
@@ -205,16 +213,17 @@ def _beam_search(
         ends = word == eos
         # an EOS in the top k finishes a hypothesis (of a sentence not done yet)
         finished = ends[:, :beam] & ~done.unsqueeze(1)  # (N, k)
-        score = torch.where(finished, cand[:, :beam] / length_penalty(t + 1, alpha), NEG_INF)
-        top, pick = torch.cat([fin_score[sent], score], 1).topk(nbest)  # (N, nbest)
+        score = torch.where(finished, cand[:, :beam] / penalty(t + 1), NEG_INF)
+        top, pick = torch.cat([fin_score[sent], score], 1).topk(kept)  # (N, kept)
         fin_score[sent] = top
         fin_logprob[sent] = torch.cat([fin_logprob[sent], cand[:, :beam]], 1).gather(1, pick)
         pool = torch.cat([fin_tokens[sent], history[origin[:, :beam]]], 1)  # (N, nbest + k, steps)
         fin_tokens[sent] = pool.gather(1, pick.unsqueeze(2).expand(-1, -1, steps))
         alive, pick = cand.masked_fill(ends, NEG_INF).topk(beam)  # (N, k)
         origin, word = origin.gather(1, pick), word.gather(1, pick)
-        # log-probs only fall, and the penalty grows at most to that of the longest output
-        reachable = alive[:, 0] / length_penalty(limit[sent] + 1, alpha)  # (N,)
+        # log-probs only fall, and the penalty grows at most to that of the longest output;
+        # transformers guesses the current length instead
+        reachable = alive[:, 0] / penalty(t + 1 if hf else limit[sent] + 1)  # (N,)
         done |= fin_score[sent, -1] >= reachable
         keep = None
         if (t + 1) % plan.check_every == 0:  # the host looks
@@ -231,7 +240,7 @@ def _beam_search(
         history = history[rows]
         tokens = word.flatten()
         history[:, t] = tokens
-    return _finished(fin_tokens, fin_score, fin_logprob, pad)
+    return [hyps[:nbest] for hyps in _finished(fin_tokens, fin_score, fin_logprob, pad)]
 
 
 def _finished(tokens: Tensor, score: Tensor, logprob: Tensor, pad: int) -> list[list[Hypothesis]]:
