@@ -1,0 +1,134 @@
+"""Marian (OPUS-MT) models in: ids, text, logits, greedy and beam search equal to
+transformers' own on random-weight MarianMTModels (conftest.build_marian), and every bad
+input refused in one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import pytest
+import torch
+from conftest import FLORES, TATOEBA_TEST, read_pairs
+
+from mt import checkpoint as ckpt
+from mt.config import DecodeConfig
+from mt.data import tokenizer as tok
+from mt.decoding.search import beam_search, greedy
+from mt.errors import ConfigError
+
+transformers = pytest.importorskip("transformers")
+warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+
+
+def reference(folder):
+    tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
+    model = transformers.MarianMTModel.from_pretrained(folder, dtype=torch.float32).eval()
+    return tokenizer, model
+
+
+def test_ids_and_text_are_marian_tokenizers(marian_small):
+    pairs = read_pairs(TATOEBA_TEST, 1000) + read_pairs(FLORES, 1000)
+    en, es = [p["en"] for p in pairs], [p["es"] for p in pairs]
+    theirs, _ = reference(marian_small)
+    loaded = ckpt.load(marian_small)
+    eos = loaded.model.cfg.eos_id
+    assert [[*x, eos] for x in tok.encode(loaded.src_tokenizer, en)] == theirs(en)["input_ids"]
+    targets = theirs(text_target=es)["input_ids"]
+    assert [[*x, eos] for x in tok.encode(loaded.tgt_tokenizer, es)] == targets
+    assert any(theirs.unk_token_id in x for x in targets)  # unknown pieces were met
+    assert tok.decode(loaded.tgt_tokenizer, targets) == theirs.batch_decode(
+        targets, skip_special_tokens=True
+    )
+
+
+def test_logits_greedy_and_beam_are_transformers(marian_small):
+    en = [p["en"] for p in read_pairs(TATOEBA_TEST, 200)]
+    tokenizer, model = reference(marian_small)
+    loaded = ckpt.load(marian_small)
+    ours = loaded.model
+    assert (ours.cfg.pad_id, ours.cfg.bos_id, ours.cfg.eos_id) == (len(tokenizer) - 1,) * 2 + (0,)
+    batch = tokenizer(en, text_target=en, return_tensors="pt", padding=True)
+    src, labels = batch["input_ids"], batch["labels"]
+    tgt_in = torch.cat([torch.full((len(en), 1), ours.cfg.bos_id), labels[:, :-1]], 1)
+    with torch.no_grad():
+        theirs = model(input_ids=src, attention_mask=batch["attention_mask"], labels=labels)
+        mine = ours(src, tgt_in)
+    real = labels != tokenizer.pad_token_id
+    assert (theirs.logits - mine)[real].abs().max() < 1e-4
+
+    steps = 20  # generate's max_new_tokens: 19 tokens, then EOS forced
+    with torch.no_grad():
+        out = model.generate(
+            **tokenizer(en, return_tensors="pt", padding=True), num_beams=1, max_new_tokens=steps
+        )
+    expected = tokenizer.batch_decode(out, skip_special_tokens=True)
+    found = tok.decode(loaded.tgt_tokenizer, greedy(ours, src, steps - 1))
+    assert found == expected
+    assert len(set(found)) > 10  # the outputs depend on the sources
+
+    cfg = DecodeConfig(beam=4, alpha=1.0, max_len_a=0, max_len_b=steps - 1, rules="transformers")
+    with torch.no_grad():
+        out = model.generate(
+            **tokenizer(en, return_tensors="pt", padding=True),
+            num_beams=4,
+            max_new_tokens=steps,
+            length_penalty=1.0,
+            early_stopping=False,
+        )
+    expected = tokenizer.batch_decode(out, skip_special_tokens=True)
+    hyps = beam_search(ours, src, cfg)
+    assert tok.decode(loaded.tgt_tokenizer, [h[0].tokens for h in hyps]) == expected
+
+
+def test_translate_cli_opens_a_marian_folder(marian_small, cli_main):
+    code, out, err = cli_main(
+        "translate", "--checkpoint", str(marian_small), "--beam", "1", "Hello.", "I like tea."
+    )
+    assert code == 0, err
+    assert len(out.splitlines()) == 2
+
+
+def copy_of(folder, tmp_path):
+    return shutil.copytree(folder, tmp_path / "copy")
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda f: _edit_config(f, model_type="t5"), "model_type 't5' is not 'marian'"),
+        (lambda f: (f / "target.spm").unlink(), "target.spm: missing"),
+        (lambda f: _drop_piece(f), "vocab.json: does not cover the piece"),
+        (
+            lambda f: _edit_config(
+                f, d_model=48, encoder_attention_heads=4, decoder_attention_heads=4
+            ),
+            "disagree with config.json",
+        ),
+    ],
+)
+def test_bad_marian_folders_are_refused_in_one_line(marian_small, tmp_path, damage, message):
+    folder = copy_of(marian_small, tmp_path)
+    damage(folder)
+    with pytest.raises(ConfigError, match=message) as e:
+        ckpt.load(folder)
+    assert "\n" not in str(e.value)
+
+
+def test_an_uncached_hub_id_offline_is_one_line(monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="Helsinki-NLP/opus-mt-xx-yy: neither a run folder"):
+        ckpt.load("Helsinki-NLP/opus-mt-xx-yy")
+
+
+def _edit_config(folder, **changes):
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+
+
+def _drop_piece(folder):
+    vocab = json.loads((folder / "vocab.json").read_text())
+    vocab.pop(next(p for p in vocab if p.startswith("▁") and len(p) > 3))
+    (folder / "vocab.json").write_text(json.dumps(vocab))
