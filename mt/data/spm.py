@@ -53,6 +53,10 @@ class SentencePieceTokenizer:
         self.special_ids = {vocab[token] for token in self.specials.values()}
         self.encode_special_tokens = True  # set by mt.data.tokenizer.encode; always so here
 
+    def specials_as_tokens(self) -> dict[str, str]:
+        """The special tokens as MarianTokenizer's arguments (unk_token=...)."""
+        return {f"{name}_token": token for name, token in self.specials.items()}
+
     # the part of the tokenizers.Tokenizer interface mt calls
 
     def encode_batch(self, texts: Sequence[str], add_special_tokens: bool = True) -> list:
