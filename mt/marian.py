@@ -28,6 +28,7 @@ from .errors import ConfigError
 
 CONFIG = "config.json"
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+FAST_TOKENIZER = "tokenizer.json"  # what mt export --format hf writes for its own models
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -79,9 +80,10 @@ def read_marian_config(folder: Path) -> dict[str, Any]:
         raise ConfigError(f"{file}: not readable JSON ({e})") from None
     if raw.get("model_type") != "marian":
         raise ConfigError(f"{file}: model_type {raw.get('model_type')!r} is not 'marian'")
-    for name in TOKENIZER_FILES:
-        if not (folder / name).is_file():
-            raise ConfigError(f"{folder / name}: missing (a Marian folder needs {name})")
+    if not (folder / FAST_TOKENIZER).is_file():  # else one of mt's exports
+        for name in TOKENIZER_FILES:
+            if not (folder / name).is_file():
+                raise ConfigError(f"{folder / name}: missing (a Marian folder needs {name})")
     refused = {
         "separate_vocabs": bool(raw.get("separate_vocabs")),
         "share_encoder_decoder_embeddings": not raw.get("share_encoder_decoder_embeddings", True),
@@ -139,8 +141,15 @@ def _languages(folder: Path) -> tuple[str, str] | None:
 
 
 def read_tokenizers(folder: Path) -> tuple[Any, Any]:
-    """The source and target tokenizers (mt.data.spm) of a Marian folder."""
+    """The source and target tokenizers (mt.data.spm) of a Marian folder; a joint
+    tokenizer.json when it has no SentencePiece files (one of mt's exports)."""
     from .data.spm import SentencePieceTokenizer, uncovered_piece
+
+    if not (folder / TOKENIZER_FILES[0]).is_file():
+        from tokenizers import Tokenizer
+
+        joint = Tokenizer.from_file(str(folder / FAST_TOKENIZER))
+        return joint, joint
 
     vocab_file = folder / "vocab.json"
     try:
@@ -247,6 +256,7 @@ def marian_config(folder: Path) -> Config:
 def load_marian(folder: Path, device: str | torch.device = "cpu") -> tuple:
     """The model (eval mode, on `device`), config and source and target tokenizers of a
     Marian folder."""
+    from .data.spm import SentencePieceTokenizer
     from .model import Transformer
 
     require_hf()
@@ -259,7 +269,9 @@ def load_marian(folder: Path, device: str | torch.device = "cpu") -> tuple:
             f"vocab.json ({vocab_size})"
         )
     config = config_of(folder, raw, vocab_size)
-    pad, eos = src_tok.vocab[src_tok.specials["pad"]], src_tok.vocab[src_tok.specials["eos"]]
+    pad, eos = (src_tok.token_to_id(token) for token in ("<pad>", "</s>"))
+    if isinstance(src_tok, SentencePieceTokenizer):
+        pad, eos = (src_tok.token_to_id(src_tok.specials[name]) for name in ("pad", "eos"))
     if (pad, eos) != (config.model.pad_id, config.model.eos_id):
         raise ConfigError(
             f"{folder / CONFIG}: pad_token_id/eos_token_id {config.model.pad_id}/"
