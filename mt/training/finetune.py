@@ -22,6 +22,7 @@ from ..config_file import diff_configs
 from ..data.old_corpus import Base
 from ..errors import ConfigError
 from ..files import atomic_write_text
+from ..marian import marian_folder
 from ..run_folder import INIT
 
 # parameters (by name prefix) that `train.freeze` keeps as they are; a tied embedding is one
@@ -41,6 +42,11 @@ def init_file(config: Config) -> Path | None:
         return None
     try:
         file = checkpoint.resolve(config.train.init)
+        if marian_folder(file):
+            raise ConfigError(
+                f"{file}: fine-tuning a Marian model is not supported yet (translate, evaluate, "
+                "score, serve or export it)"
+            )
         trained = checkpoint.read_config(file)
         checkpoint.read_tokenizers(file)
     except ConfigError as e:
