@@ -132,3 +132,33 @@ def _drop_piece(folder):
     vocab = json.loads((folder / "vocab.json").read_text())
     vocab.pop(next(p for p in vocab if p.startswith("▁") and len(p) > 3))
     (folder / "vocab.json").write_text(json.dumps(vocab))
+
+
+def test_the_opus_mt_en_es_shape_is_exact(tmp_path):
+    """d 512, 6+6 layers, 8 heads, ffn 2048, swish, 65,001 ids, saved in float16 (as OPUS-MT
+    models on the Hub): float32 logits and greedy outputs equal transformers'."""
+    from conftest import TATOEBA_TRAIN, build_marian
+
+    if not TATOEBA_TRAIN.is_file():
+        pytest.skip("shared data not found")
+    folder = build_marian(
+        tmp_path / "big", d=512, layers=6, heads=8, ffn=2048, vocab_size=65_001, dtype="float16"
+    )
+    tokenizer, model = reference(folder)
+    loaded = ckpt.load(folder)
+    ours = loaded.model
+    assert ours.out.out_features == 65_001 and ours.cfg.pad_id == ours.cfg.bos_id == 65_000
+    assert ours.src_embed.weight.dtype == torch.float32
+    en = [p["en"] for p in read_pairs(TATOEBA_TEST, 20)]
+    batch = tokenizer(en, text_target=en, return_tensors="pt", padding=True)
+    labels = batch["labels"]
+    tgt_in = torch.cat([torch.full((len(en), 1), ours.cfg.bos_id), labels[:, :-1]], 1)
+    with torch.no_grad():
+        theirs = model(**batch).logits
+        mine = ours(batch["input_ids"], tgt_in)
+        out = model.generate(
+            **tokenizer(en, return_tensors="pt", padding=True), num_beams=1, max_new_tokens=10
+        )
+    assert (theirs - mine)[labels != ours.cfg.pad_id].abs().max() < 1e-4
+    found = tok.decode(loaded.tgt_tokenizer, greedy(ours, batch["input_ids"], 9))
+    assert found == tokenizer.batch_decode(out, skip_special_tokens=True)
