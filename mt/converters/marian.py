@@ -74,6 +74,12 @@ def marian_model(model: Any, config: Config) -> Any:
 
     m, vocab = config.model, model.out.out_features
     forbidden = sorted({m.pad_id, m.bos_id})
+    special_ids = {
+        "pad_token_id": m.pad_id,
+        "eos_token_id": m.eos_id,
+        "forced_eos_token_id": m.eos_id,
+        "decoder_start_token_id": m.bos_id,
+    }
     marian = MarianMTModel(
         MarianConfig(
             vocab_size=vocab,
@@ -92,23 +98,19 @@ def marian_model(model: Any, config: Config) -> Any:
             scale_embedding=True,
             share_encoder_decoder_embeddings=True,
             tie_word_embeddings=True,
-            pad_token_id=m.pad_id,
-            eos_token_id=m.eos_id,
-            forced_eos_token_id=m.eos_id,
-            decoder_start_token_id=m.bos_id,
+            **special_ids,
         )
     )
-    marian.load_state_dict(marian_state(model), strict=False)
+    missing, unexpected = marian.load_state_dict(marian_state(model), strict=False)
+    if unexpected or any("embed_positions" not in name for name in missing):  # a bug of ours
+        raise AssertionError(f"MarianMTModel's names: {missing} missing, {unexpected} unknown")
     marian.tie_weights()
     marian.generation_config = GenerationConfig(
         num_beams=config.decode.beam,
         length_penalty=config.decode.alpha,
         max_length=m.max_positions,
         bad_words_ids=[[i] for i in forbidden],
-        forced_eos_token_id=m.eos_id,
-        decoder_start_token_id=m.bos_id,
-        eos_token_id=m.eos_id,
-        pad_token_id=m.pad_id,
+        **special_ids,
     )
     return marian.eval()
 
