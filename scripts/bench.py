@@ -15,6 +15,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
   quality  BLEU/chrF, greedy and beam 5, Tatoeba test and FLORES-200 devtest, peak memory
   decode   decoding speed, batched vs one sentence at a time, greedy and beam 5
   export   mt (PyTorch) vs its CTranslate2 export, float32 and int8: speed, BLEU, memory, size
+  hf       mt vs its --format hf export in transformers and its CT2 export: BLEU, sentences/s
+           and outputs equal to mt's, greedy and beam 5 (scripts/bench_hf.py)
   serve    mt serve under 64 concurrent clients for 60 s against mt translate in one batch
 
     python scripts/bench.py --data ../shared/data [--only speed,decode] [--minutes 20]
@@ -290,6 +292,36 @@ def step_export(data: Path, results: dict) -> None:
     results["export"] = last_json(out)
 
 
+def step_hf(data: Path, results: dict) -> None:
+    pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
+    out, _ = run([PY, "scripts/bench_hf.py", str(RUN), "--pairs", pairs, "--repeats", "3"])
+    results["hf"] = last_json(out)
+
+
+def render_hf(h: dict) -> list[str]:
+    lines = [
+        "## transformers: the `--format hf` export",
+        "",
+        f"The recipe model exported with `mt export --format hf`, decoded by transformers' "
+        f"`generate()` beside mt (float32) and its CT2 export on {h['sentences']} Tatoeba test "
+        f"sentences, {h['threads']} thread, engines in turns (medians). Greedy: every engine "
+        "stops at the model's positions; beam: mt's rules for mt and CT2, transformers' for "
+        "transformers and for mt under `decode.rules=transformers`. Command: `python "
+        "scripts/bench_hf.py runs/bench/tatoeba_cpu --pairs "
+        "../shared/data/tatoeba_en_es.test.jsonl.gz --repeats 3`.",
+        "",
+        "| search | engine | BLEU | sentences/s | same output as mt |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for search in (k for k in h if k.startswith(("greedy", "beam"))):
+        for engine, r in h[search].items():
+            lines.append(
+                f"| {search} | {engine} | {r['bleu']:.2f} | {r['sentences_per_s']:.1f} | "
+                f"{r['same_as_mt']:.1%} |"
+            )
+    return [*lines, ""]
+
+
 def step_serve(data: Path, results: dict) -> None:
     pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
     out, _ = run([PY, "scripts/bench_serve.py", str(RUN), "--pairs", pairs])
@@ -560,6 +592,8 @@ def render(results: dict) -> str:
         lines.append("")
     if "export" in results:
         lines += render_export(results["export"])
+    if "hf" in results:
+        lines += render_hf(results["hf"])
     if "serve" in results:
         lines += render_serve(results["serve"])
     lines += peer_comparison(results)
@@ -686,7 +720,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
-        "--only", default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve"
+        "--only",
+        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,hf,serve",
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -704,6 +739,7 @@ def main() -> None:
         "quality": lambda: step_quality(data, results),
         "decode": lambda: step_decode(data, results),
         "export": lambda: step_export(data, results),
+        "hf": lambda: step_hf(data, results),
         "serve": lambda: step_serve(data, results),
     }
     for name in filter(None, args.only.split(",")):  # --only "" re-renders the page
