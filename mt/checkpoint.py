@@ -208,7 +208,11 @@ def meta_json(meta: dict[str, str], key: str, file: Path) -> Any:
 
 
 def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """State dict (aliases of tied parameters restored) and metadata of a weights file."""
+    """State dict (aliases of tied parameters restored) and metadata of a weights file; a
+    Marian folder's weights under our names."""
+    if marian.marian_folder(path):
+        config = marian.marian_config(path)
+        return marian.to_ours(marian.read_state(path), config.model, path), {"step": "0"}
     meta = read_metadata(path)
     try:
         tensors = load_file(str(path))
@@ -285,7 +289,10 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
 
 
 def read_tokenizers(file: Path, meta: dict[str, str] | None = None) -> tuple[Tokenizer, Tokenizer]:
-    """The source and target tokenizers a weights file was trained with."""
+    """The source and target tokenizers a weights file (a Marian folder: its own) was
+    trained with."""
+    if marian.marian_folder(file):
+        return marian.read_tokenizers(file)
     meta = read_metadata(file) if meta is None else meta
     try:
         return tuple(tokenizer_from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt"))

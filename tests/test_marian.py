@@ -162,3 +162,75 @@ def test_the_opus_mt_en_es_shape_is_exact(tmp_path):
     assert (theirs - mine)[labels != ours.cfg.pad_id].abs().max() < 1e-4
     found = tok.decode(loaded.tgt_tokenizer, greedy(ours, batch["input_ids"], 9))
     assert found == tokenizer.batch_decode(out, skip_special_tokens=True)
+
+
+def finetune_config(marian, corpus, run, *overrides):
+    """A run that fine-tunes `marian`: no model or tokenizer key of its own."""
+    from conftest import HELD_OUT
+
+    from mt.config_file import load_config
+
+    settings = [
+        f"train.init={marian}",
+        f"data.files.train={corpus}",
+        f"run.dir={run}",
+        "data.source=files",
+        f"data.valid_size={HELD_OUT}",
+        f"data.test_size={HELD_OUT}",
+        "run.device=cpu",
+        "train.max_tokens=300",
+        "train.schedule=inverse_sqrt",
+        "train.warmup_steps=2",
+        "train.eval_every=3",
+        "train.save_every=100",
+        "train.eval_sentences=4",
+        "train.eval_examples=0",
+        "train.precision=fp32",
+        "decode.precision=fp32",
+        "decode.beam=2",
+        *overrides,
+    ]
+    file = run.parent / f"{run.name}.yaml"
+    file.write_text("data:\n  source: files\n", encoding="utf-8")
+    return load_config(file, settings)
+
+
+def test_a_marian_model_fine_tunes_resumes_exactly_and_goes_back_out(
+    marian_small, corpus_file, tmp_path, cli_main
+):
+    from mt.training.trainer import train
+
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    train(finetune_config(marian_small, corpus_file, straight, "train.max_steps=6"))
+    train(finetune_config(marian_small, corpus_file, resumed, "train.max_steps=3"))
+    train(finetune_config(marian_small, corpus_file, resumed, "train.max_steps=6"))
+    a, b = (ckpt.load_weights(ckpt.resolve(run))[0] for run in (straight, resumed))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    original = ckpt.load(marian_small).model.state_dict()
+    assert torch.equal(a["logits_bias"], original["logits_bias"])  # a frozen buffer
+    assert not torch.equal(a["src_embed.weight"], original["src_embed.weight"])  # it learned
+
+    out = tmp_path / "hf"
+    code, _, err = cli_main("export", str(straight), "--format", "hf", "--out", str(out))
+    assert code == 0, err
+    assert (out / "source.spm").read_bytes() == (marian_small / "source.spm").read_bytes()
+    tokenizer, model = reference(out)
+    loaded = ckpt.load(straight)
+    en = ["I like tea.", "Where is the station?"]
+    batch = tokenizer(en, text_target=en, return_tensors="pt", padding=True)
+    tgt_in = torch.cat([torch.full((2, 1), loaded.model.cfg.bos_id), batch["labels"][:, :-1]], 1)
+    with torch.no_grad():
+        diff = model(**batch).logits - loaded.model(batch["input_ids"], tgt_in)
+    assert diff[batch["labels"] != loaded.model.cfg.pad_id].abs().max() < 1e-4
+
+
+def test_fine_tuning_with_another_model_key_is_refused(marian_small, corpus_file, tmp_path):
+    from mt.training.trainer import train
+
+    run = tmp_path / "run"
+    config = finetune_config(
+        marian_small, corpus_file, run, "model.d_model=64", "train.max_steps=2"
+    )
+    with pytest.raises(ConfigError, match=r"model.d_model is 32 in the model, 64 here"):
+        train(config)
+    assert not run.exists()

@@ -99,7 +99,9 @@ class Batches:
         prefetch: bool = True,
         pack_length: int = 0,  # tokens a packed row (`packing.row_length`); 0: padded
         resegment: Callable[[int], Split] | None = None,  # epoch -> its split (BPE-dropout)
+        specials: Specials = SPECIALS,  # the model's pad, BOS and EOS ids
     ) -> None:
+        self.specials = specials
         self.split, self.max_tokens, self.seed, self.position = split, max_tokens, seed, position
         self.rank, self.world, self.pin, self.resegment = rank, world, pin, resegment
         self.pack_length, self.rows = pack_length, max_tokens // max(pack_length, 1)
@@ -186,10 +188,10 @@ class Batches:
         # thread, when this batch is its last: not in `__next__` on the training thread
         if self.pack_length:
             arrays = collate_packed(
-                plan.split.src, plan.split.tgt, batch, self.pack_length, self.rows
+                plan.split.src, plan.split.tgt, batch, self.pack_length, self.rows, self.specials
             )
         else:
-            arrays = collate(plan.split, batch)
+            arrays = collate(plan.split, batch, self.specials)
         tensors = each(torch.from_numpy, arrays)
         return each(torch.Tensor.pin_memory, tensors) if self.pin else tensors
 

@@ -97,7 +97,7 @@ class SentencePieceTokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self.vocab.get(token)
 
-    def to_str(self) -> str:
+    def to_str(self, pretty: bool = False) -> str:  # pretty: as tokenizers' (ignored)
         encoder, decoder = (base64.b64encode(p).decode("ascii") for p in self.protos)
         return json.dumps(
             {
@@ -117,6 +117,23 @@ class SentencePieceTokenizer:
         saved = json.loads(text)
         encoder, decoder = (base64.b64decode(saved[k]) for k in ("encoder", "decoder"))
         return cls(encoder, decoder, saved["vocab"], **saved["specials"])
+
+
+PAIR = "mt-marian-sentencepiece-pair-1"  # both sides in one file (a joint vocabulary's)
+
+
+def pair_to_str(src: str, tgt: str) -> str:
+    """The saved source and target tokenizers of one vocabulary as one text, for the run
+    folder's single tokenizer file: the sides cut with different SentencePiece models."""
+    return json.dumps({"kind": PAIR, "src": src, "tgt": tgt})
+
+
+def pair_from_str(text: str) -> tuple[str, str] | None:
+    """The two saved sides of `pair_to_str`'s text, or None when it is not one."""
+    if not text.startswith('{"kind": "' + PAIR):
+        return None
+    saved = json.loads(text)
+    return saved["src"], saved["tgt"]
 
 
 def is_saved(text: str) -> bool:

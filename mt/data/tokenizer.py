@@ -104,6 +104,26 @@ def tokenizer_from_str(text: str) -> Tokenizer:
     return Tokenizer.from_str(text)
 
 
+def tokenizers_to_str(tokenizers: Sequence[Tokenizer], files: Sequence[Path]) -> list[str]:
+    """The texts of the source and target tokenizer files: one joint file holds both sides
+    when they differ (a Marian model's SentencePiece models)."""
+    from . import spm
+
+    texts = [t.to_str(pretty=True) for t in tokenizers]
+    if files[0] == files[1] and texts[0] != texts[1]:
+        return [spm.pair_to_str(*texts)] * 2
+    return texts
+
+
+def tokenizers_from_files(files: Sequence[Path]) -> tuple[Tokenizer, Tokenizer]:
+    """The source and target tokenizers of a run folder's files (`tokenizers_to_str`)."""
+    from . import spm
+
+    texts = [p.read_text("utf-8") for p in files]
+    texts = spm.pair_from_str(texts[0]) or texts
+    return tokenizer_from_str(texts[0]), tokenizer_from_str(texts[1])
+
+
 def tokenizer_files(run_dir: Path, src_lang: str, tgt_lang: str, joint: bool) -> tuple[Path, Path]:
     """Where a run keeps its tokenizers: tokenizer.json, or tokenizer.<lang>.json each."""
     if joint:

@@ -14,7 +14,6 @@ import torch
 from ..config import TrainConfig
 from ..data.batches import Batch
 from ..data.packing import PackedBatch, each
-from ..data.tokenizer import PAD
 from ..device import DTYPES, autocast, dtype_name, precision_for
 from ..packed_attention import flex_refusal
 from .loss import smoothed_loss
@@ -68,6 +67,7 @@ class Updater:
 
     def __init__(self, model: torch.nn.Module, t: TrainConfig, ranks: Ranks) -> None:
         self.model, self.t, self.ranks, self.device = model, t, ranks, ranks.device
+        self.pad = model.cfg.pad_id  # labels of this id are padding, not targets
         self.optimizer = build_optimizer(model, t, self.device)
         self.autocast, self.precision_why = precision_for(t.precision, self.device)
         fp16 = self.autocast == torch.float16
@@ -94,7 +94,7 @@ class Updater:
         packed = batch if isinstance(batch, PackedBatch) else None
         with autocast(self.device, dtype):
             logits = self.net(batch[0], batch[1], packed)
-            return smoothed_loss(logits, batch[2], self.t.label_smoothing)
+            return smoothed_loss(logits, batch[2], self.t.label_smoothing, self.pad)
 
     def rehearse(self, batch: Batch, packed: bool, measured: str = "") -> None:
         """Before the first update, on its first batch: on a CPU, measure train.precision
@@ -128,7 +128,7 @@ class Updater:
             self.precision_why = f"auto: {measured}, as measured when the run started"
             return
         forwards = {name: partial(self.forward_in, DTYPES[name]) for name in MEASURED}
-        tokens = int((batch[2] != PAD).sum())
+        tokens = int((batch[2] != self.pad).sum())
         done = measure_precision(forwards, batch, self.model, tokens)
         choice = MEASURED.index(dtype_name(done.dtype))
         # rank 0's choice on every rank, before the step is compiled and rehearsed in it
@@ -150,7 +150,7 @@ class Updater:
         skipped (a non-finite loss, fp16 gradients that overflowed) is decided on the device,
         where the fused optimiser skips its step, and the host reads its few numbers once,
         at the end, for the step count and the schedule."""
-        tokens = sum(int((batch[2] != PAD).sum()) for batch in batches)  # labels, on the host
+        tokens = sum(int((batch[2] != self.pad).sum()) for batch in batches)  # labels, on the host
         global_tokens = self._total_tokens(tokens)
         norm = global_tokens / self.ranks.world  # DDP averages gradients: per-token mean
         self.model.train()
@@ -169,7 +169,8 @@ class Updater:
             return Update(loss, nll, tokens, lr)
         if overflowed:  # the scaler skipped the step
             return Update(loss, nll, tokens, lr, grad_norm, overflow=True)
-        padded = sum(int((b[0] == PAD).sum() + (b[2] == PAD).sum()) for b in batches)
+        pad = self.pad
+        padded = sum(int((b[0] == pad).sum() + (b[2] == pad).sum()) for b in batches)
         cells = sum(b[0].numel() + b[2].numel() for b in batches)
         return Update(loss, nll, tokens, lr, grad_norm, False, padded, cells)
 

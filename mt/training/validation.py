@@ -15,7 +15,6 @@ from ..config import Config
 from ..data.batches import collate, token_batches
 from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
-from ..data.tokenizer import PAD
 from ..model import Transformer, max_length
 from .loss import smoothed_loss
 
@@ -65,9 +64,11 @@ def validation_loss(
         split = Split([x[:limit] for x in split.src], [x[:limit] for x in split.tgt])
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, NLL, tokens: read once
     for index in token_batches(src_lengths, tgt_lengths, max_tokens, 0, 0, shuffle=False):
-        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
-        loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon)
-        sums += torch.stack((loss.double(), nll.double(), (tgt_out != PAD).sum().double()))
+        arrays = collate(split, index, model.specials)
+        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in arrays)
+        loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, epsilon, model.cfg.pad_id)
+        tokens = (tgt_out != model.cfg.pad_id).sum().double()
+        sums += torch.stack((loss.double(), nll.double(), tokens))
     loss_sum, nll_sum, tokens = sums.tolist()
     return loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), int(tokens)
 
