@@ -46,6 +46,11 @@ def transformers_translate(folder: Path, beam: int, alpha: float):
     return translate
 
 
+def same(a: list[str], b: list[str]) -> float:
+    """The share of sentences translated to the same string."""
+    return sum(x == y for x, y in zip(a, b)) / len(a)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint")
@@ -113,8 +118,8 @@ def main() -> None:
             name: {
                 "bleu": bleu_chrf(outputs[name], references)["bleu"],
                 "sentences_per_s": len(sources) / statistics.median(times[name]),
-                "same_as_mt": sum(a == b for a, b in zip(outputs["mt"], outputs[name]))
-                / len(sources),
+                "same_as_mt": same(outputs["mt"], outputs[name]),
+                "same_as_transformers": same(outputs["transformers"], outputs[name]),
             }
             for name in translators
         }
