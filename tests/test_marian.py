@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import warnings
 
 import pytest
@@ -234,3 +235,10 @@ def test_fine_tuning_with_another_model_key_is_refused(marian_small, corpus_file
     with pytest.raises(ConfigError, match=r"model.d_model is 32 in the model, 64 here"):
         train(config)
     assert not run.exists()
+
+
+def test_without_the_hf_extra_one_line_says_what_to_install(marian_small, monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    with pytest.raises(ConfigError, match=r"pip install 'mt\[hf\]'") as e:
+        ckpt.load(marian_small)
+    assert "\n" not in str(e.value)
