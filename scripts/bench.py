@@ -292,10 +292,15 @@ def step_export(data: Path, results: dict) -> None:
     results["export"] = last_json(out)
 
 
-def step_hf(data: Path, results: dict) -> None:
+def on_test_pairs(data: Path, script: str, *extra: str) -> dict:
+    """The JSON line of `script` run on the recipe model and the Tatoeba test pairs."""
     pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
-    out, _ = run([PY, "scripts/bench_hf.py", str(RUN), "--pairs", pairs, "--repeats", "3"])
-    results["hf"] = last_json(out)
+    out, _ = run([PY, script, str(RUN), "--pairs", pairs, *extra])
+    return last_json(out)
+
+
+def step_hf(data: Path, results: dict) -> None:
+    results["hf"] = on_test_pairs(data, "scripts/bench_hf.py", "--repeats", "3")
 
 
 def render_hf(h: dict) -> list[str]:
@@ -323,9 +328,7 @@ def render_hf(h: dict) -> list[str]:
 
 
 def step_serve(data: Path, results: dict) -> None:
-    pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
-    out, _ = run([PY, "scripts/bench_serve.py", str(RUN), "--pairs", pairs])
-    results["serve"] = last_json(out)
+    results["serve"] = on_test_pairs(data, "scripts/bench_serve.py")
 
 
 def render_export(e: dict) -> list[str]:
