@@ -303,30 +303,6 @@ def step_hf(data: Path, results: dict) -> None:
     results["hf"] = on_test_pairs(data, "scripts/bench_hf.py", "--repeats", "3")
 
 
-def render_hf(h: dict) -> list[str]:
-    lines = [
-        "## transformers: the `--format hf` export",
-        "",
-        f"The recipe model exported with `mt export --format hf`, decoded by transformers' "
-        f"`generate()` beside mt (float32) and its CT2 export on {h['sentences']} Tatoeba test "
-        f"sentences, {h['threads']} thread, engines in turns (medians). Greedy: every engine "
-        "stops at the model's positions; beam: mt's rules for mt and CT2, transformers' for "
-        "transformers and for mt under `decode.rules=transformers`. Command: `python "
-        "scripts/bench_hf.py runs/bench/tatoeba_cpu --pairs "
-        "../shared/data/tatoeba_en_es.test.jsonl.gz --repeats 3`.",
-        "",
-        "| search | engine | BLEU | sentences/s | same output as mt |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for search in (k for k in h if k.startswith(("greedy", "beam"))):
-        for engine, r in h[search].items():
-            lines.append(
-                f"| {search} | {engine} | {r['bleu']:.2f} | {r['sentences_per_s']:.1f} | "
-                f"{r['same_as_mt']:.1%} |"
-            )
-    return [*lines, ""]
-
-
 def step_serve(data: Path, results: dict) -> None:
     results["serve"] = on_test_pairs(data, "scripts/bench_serve.py")
 
@@ -380,6 +356,33 @@ def render_export(e: dict) -> list[str]:
         "quarter of the weight traffic.",
         "",
     ]
+
+
+def render_hf(h: dict) -> list[str]:
+    intro = (
+        f"The recipe model exported with `mt export --format hf`, decoded by transformers' "
+        f"`generate()` beside mt (float32) and its CT2 export on {h['sentences']} Tatoeba test "
+        f"sentences, {h['threads']} thread, engines in turns (medians). Greedy: every engine "
+        "stops at the model's positions; beam: mt's rules for mt and CT2, transformers' for "
+        "transformers and for mt under `decode.rules=transformers`. Command: `python "
+        "scripts/bench_hf.py runs/bench/tatoeba_cpu --pairs "
+        "../shared/data/tatoeba_en_es.test.jsonl.gz --repeats 3`."
+    )
+    lines = [
+        "## transformers: the `--format hf` export",
+        "",
+        intro,
+        "",
+        "| search | engine | BLEU | sentences/s | same output as mt |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for search in (k for k in h if k.startswith(("greedy", "beam"))):
+        for engine, r in h[search].items():
+            lines.append(
+                f"| {search} | {engine} | {r['bleu']:.2f} | {r['sentences_per_s']:.1f} | "
+                f"{r['same_as_mt']:.1%} |"
+            )
+    return [*lines, ""]
 
 
 def kept() -> str:
