@@ -16,6 +16,7 @@ checkpoint and takes back to resume is `resume.py`'s.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -69,8 +70,11 @@ def save(
     with atomic_path(final) as tmp:  # saved again at the same step (best, then last): replaced
         tmp.mkdir()
         save_weights(tmp / WEIGHTS, model.state_dict(), metadata(config, tokenizers, step, extra))
-        with open(tmp / TRAINER, "wb") as f:  # to a path, torch says a full disk is a RuntimeError
-            torch.save(trainer_state, f)
+        # in memory first: torch's zip writer may turn a full disk into a RuntimeError (at a
+        # path, or at a file where the disk fills during its last record); a write is OSError
+        buffer = io.BytesIO()
+        torch.save(trainer_state, buffer)
+        (tmp / TRAINER).write_bytes(buffer.getbuffer())
     return final
 
 
