@@ -14,7 +14,7 @@ $(BIN)/mt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
-	$(BIN)/pip install --quiet -e ".[dev,plot,export,serve,language,formats]"
+	$(BIN)/pip install --quiet -e ".[dev,plot,export,serve,language,formats,hf]"
 	@touch $@
 
 # Headless Chromium and its driver for the web page's test (tests/test_serve.py), from

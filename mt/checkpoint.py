@@ -16,6 +16,7 @@ checkpoint and takes back to resume is `resume.py`'s.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -29,8 +30,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from . import marian
 from .config import Config
 from .config_file import config_from_dict
+from .data.tokenizer import tokenizer_from_str
 from .errors import ConfigError, InputError
 from .files import atomic_path, remove
 from .run_folder import (
@@ -73,8 +76,11 @@ def save(
     with atomic_path(final) as tmp:  # saved again at the same step (best, then last): replaced
         tmp.mkdir()
         save_weights(tmp / WEIGHTS, model.state_dict(), metadata(config, tokenizers, step, extra))
-        with open(tmp / TRAINER, "wb") as f:  # to a path, torch says a full disk is a RuntimeError
-            torch.save(trainer_state, f)
+        # in memory first: torch's zip writer may turn a full disk into a RuntimeError (at a
+        # path, or at a file where the disk fills during its last record); a write is OSError
+        buffer = io.BytesIO()
+        torch.save(trainer_state, buffer)
+        (tmp / TRAINER).write_bytes(buffer.getbuffer())
     return final
 
 
@@ -207,7 +213,11 @@ def meta_json(meta: dict[str, str], key: str, file: Path) -> Any:
 
 
 def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """State dict (aliases of tied parameters restored) and metadata of a weights file."""
+    """State dict (aliases of tied parameters restored) and metadata of a weights file; a
+    Marian folder's weights under our names."""
+    if marian.marian_folder(path):
+        config = marian.marian_config(path)
+        return marian.to_ours(marian.read_state(path), config.model, path), {"step": "0"}
     meta = read_metadata(path)
     try:
         tensors = load_file(str(path))
@@ -233,11 +243,17 @@ def read_metadata(path: Path) -> dict[str, str]:
 def read_config(path: str | Path) -> Config:
     """The config a checkpoint (anything `resolve` accepts) was trained with."""
     file = resolve(path)
+    if marian.marian_folder(file):
+        return marian.marian_config(file)
     return config_from_dict(meta_json(read_metadata(file), "config", file), f"{file} (config)")
 
 
 def resolve(path: str | Path) -> Path:
-    """The weights file of a run folder (best, else last), a checkpoint folder or a file."""
+    """The weights file of a run folder (best, else last), a checkpoint folder or a file; a
+    Marian folder or Hub id (mt.marian): its folder."""
+    folder = marian.marian_folder(path)
+    if folder is not None:
+        return folder
     path = Path(path)
     if path.is_file():
         return path
@@ -255,6 +271,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     from .model import Transformer
 
     file = resolve(path)
+    if marian.marian_folder(file):
+        return Loaded(*marian.load_marian(file, device), file, {"step": "0"})
     state, meta = load_weights(file)
     config = read_config(file)
     src_tok, tgt_tok = read_tokenizers(file, meta)
@@ -276,10 +294,13 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
 
 
 def read_tokenizers(file: Path, meta: dict[str, str] | None = None) -> tuple[Tokenizer, Tokenizer]:
-    """The source and target tokenizers a weights file was trained with."""
+    """The source and target tokenizers a weights file (a Marian folder: its own) was
+    trained with."""
+    if marian.marian_folder(file):
+        return marian.read_tokenizers(file)
     meta = read_metadata(file) if meta is None else meta
     try:
-        return tuple(Tokenizer.from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt"))
+        return tuple(tokenizer_from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt"))
     except Exception:  # KeyError, or the tokenizers library's own error
         raise InputError(
             f"{file}: damaged checkpoint: no valid tokenizers in its metadata"

@@ -102,10 +102,21 @@ class ModelConfig:
     d_ff: int = 2048
     dropout: float = 0.1  # on embeddings+positions and on every sub-layer output (P_drop)
     attention_dropout: float = 0.0  # on attention weights
-    activation: Literal["relu", "gelu"] = "relu"  # relu as in the paper
+    # relu as in the paper; swish (SiLU) is what OPUS-MT's Marian models use
+    activation: Literal["relu", "gelu", "swish"] = "relu"
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
     share_embeddings: bool = True  # tie embeddings and output projection (all three if joint)
     max_positions: int = 1024  # longest sequence the positional encodings cover
+    # where sin and cos of a frequency sit in the model dimension: interleaved (the paper:
+    # sin at 2i, cos at 2i+1) or halves (Marian's: all sines, then all cosines)
+    positions: Literal["interleaved", "halves"] = "interleaved"
+    logits_bias: bool = False  # a frozen bias added to the output logits (Marian's)
+    # special ids of the vocabulary: those of the vocabularies mt learns (SPECIAL_TOKENS);
+    # an imported Marian model has its own (opus-mt-en-es: pad 65000, which also starts the
+    # decoder, eos 0), so BOS may equal PAD
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
 
 
 @dataclass
@@ -190,6 +201,11 @@ class DecodeConfig:
     max_len_a: float = 1.5  # output at most a * source_length + b tokens
     max_len_b: int = 10
     nbest: int = resumable(1)
+    # beam search's rules: mt's (GNMT's penalty, a sentence done when nothing can beat its
+    # nbest-th finished hypothesis), or transformers' generate() (penalty L ** alpha, beam
+    # finished hypotheses kept, done by its early-stop heuristic at the current length, a
+    # forced EOS scored 0): what an exported model's pipeline("translation") does
+    rules: Literal["mt", "transformers"] = resumable("mt")
     no_repeat_ngram: int = resumable(0)  # forbid repeating any n-gram of this size; 0 disables
     # source tokens per decoding batch, each counted once per beam hypothesis; 0: the
     # device's (4096 on a CPU, more on a GPU)
@@ -261,6 +277,9 @@ def _check_model(config: Config, fail: Fail) -> None:
     if m.d_model % m.heads:
         fail("model.d_model", f"{m.d_model} is not divisible by model.heads ({m.heads})")
     _fractions(fail, "model.", m, "dropout", "attention_dropout")
+    _non_negative(fail, "model.", m, "pad_id", "bos_id", "eos_id")
+    if m.eos_id in (m.pad_id, m.bos_id):
+        fail("model.eos_id", f"{m.eos_id} is also model.pad_id or model.bos_id")
     weights = 4 * parameter_count(config)  # float32, before gradients and optimiser state
     if weights > _memory_bytes():
         fail(

@@ -23,7 +23,7 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from .config import ModelConfig
 from .data.packing import PackedBatch
-from .data.tokenizer import PAD
+from .data.tokenizer import Specials
 from .packed_attention import document_masks, use_flex
 
 __all__ = ["DecoderState", "Transformer", "max_length"]
@@ -35,11 +35,19 @@ def max_length(cfg: ModelConfig) -> int:
     return cfg.max_positions - 1
 
 
-def sinusoids(length: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) (3.5) -> (length, D)."""
+def sinusoids(length: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(...) (3.5) -> (length, D).
+    "halves": sines then cosines, in float64 as in transformers' Marian: its exact table."""
+    if layout == "halves":
+        freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        angle = torch.arange(length, dtype=torch.float64).unsqueeze(1) * freq
+        return torch.cat((angle.sin(), angle.cos()), dim=-1).float()
     freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))  # (D/2,)
     angle = torch.arange(length).unsqueeze(1) * freq  # (length, D/2)
     return torch.stack((angle.sin(), angle.cos()), dim=-1).flatten(1)  # sin, cos interleaved
+
+
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
 
 
 class Dropout(nn.Dropout):
@@ -166,9 +174,10 @@ class Layer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, sublayers: int):
         super().__init__()
-        activation = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
         self.ff = nn.Sequential(
-            nn.Linear(cfg.d_model, cfg.d_ff), activation, nn.Linear(cfg.d_ff, cfg.d_model)
+            nn.Linear(cfg.d_model, cfg.d_ff),
+            ACTIVATIONS[cfg.activation](),
+            nn.Linear(cfg.d_ff, cfg.d_model),
         )
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(sublayers))
         self.drop = Dropout(cfg.dropout)
@@ -222,8 +231,8 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
-        self.src_embed = nn.Embedding(src_vocab, d, padding_idx=PAD)
-        self.tgt_embed = nn.Embedding(tgt_vocab, d, padding_idx=PAD)
+        self.src_embed = nn.Embedding(src_vocab, d, padding_idx=cfg.pad_id)
+        self.tgt_embed = nn.Embedding(tgt_vocab, d, padding_idx=cfg.pad_id)
         self.out = nn.Linear(d, tgt_vocab, bias=False)
         joint = src_vocab == tgt_vocab if joint is None else joint
         if joint and src_vocab != tgt_vocab:
@@ -232,7 +241,9 @@ class Transformer(nn.Module):
             self.out.weight = self.tgt_embed.weight
             if joint:
                 self.src_embed.weight = self.tgt_embed.weight
-        self.register_buffer("pe", sinusoids(cfg.max_positions, d), persistent=False)
+        self.register_buffer("pe", sinusoids(cfg.max_positions, d, cfg.positions), persistent=False)
+        if cfg.logits_bias:  # a buffer: saved and loaded, never trained
+            self.register_buffer("logits_bias", torch.zeros(tgt_vocab))
         self.drop = Dropout(cfg.dropout)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
@@ -252,7 +263,13 @@ class Transformer(nn.Module):
         for table in {self.src_embed.weight, self.tgt_embed.weight, self.out.weight}:
             nn.init.normal_(table, 0.0, self.cfg.d_model**-0.5)
         with torch.no_grad():
-            self.src_embed.weight[PAD] = self.tgt_embed.weight[PAD] = 0.0
+            pad = self.cfg.pad_id
+            self.src_embed.weight[pad] = self.tgt_embed.weight[pad] = 0.0
+
+    @property
+    def specials(self) -> Specials:
+        """The pad, BOS and EOS ids this model reads and writes."""
+        return Specials(self.cfg.pad_id, self.cfg.bos_id, self.cfg.eos_id)
 
     def embed(
         self, table: nn.Embedding, tokens: Tensor, start: int | Tensor = 0, positions=None
@@ -275,7 +292,7 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, mask=None, positions=None) -> tuple[Tensor, Tensor]:
         # src (B, S) -> memory (B, S, D), src_keep (B, 1, 1, S); mask and positions: those of
         # packed rows, where src_keep is not the cross-attention mask (see `forward`)
-        src_keep = (src != PAD)[:, None, None, :]
+        src_keep = (src != self.cfg.pad_id)[:, None, None, :]
         x = self.embed(self.src_embed, src, positions=positions)
         for layer in self.encoder:
             x = layer(x, src_keep if mask is None else mask)
@@ -288,7 +305,12 @@ class Transformer(nn.Module):
         x = self.embed(self.tgt_embed, tgt_in, positions=positions)
         for layer in self.decoder:
             x = layer(x, layer.cross_attn.memory_kv(memory), src_keep, self_mask=self_mask)
-        return self.out(self.decoder_norm(x))
+        return self.logits(x)
+
+    def logits(self, x: Tensor) -> Tensor:
+        # the decoder stack's output (..., D) -> logits (..., V)
+        logits = self.out(self.decoder_norm(x))
+        return logits + self.logits_bias.to(logits.dtype) if self.cfg.logits_bias else logits
 
     def forward(self, src: Tensor, tgt_in: Tensor, packed: PackedBatch | None = None) -> Tensor:
         # src (B, S), tgt_in (B, T) -> logits (B, T, V). With `packed` (tensors), the rows
@@ -367,7 +389,7 @@ class Transformer(nn.Module):
         state.step += 1
         if state.position is not None:
             state.position += 1
-        return self.out(self.decoder_norm(x.squeeze(1)))
+        return self.logits(x.squeeze(1))
 
 
 @dataclass

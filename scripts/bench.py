@@ -15,6 +15,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
   quality  BLEU/chrF, greedy and beam 5, Tatoeba test and FLORES-200 devtest, peak memory
   decode   decoding speed, batched vs one sentence at a time, greedy and beam 5
   export   mt (PyTorch) vs its CTranslate2 export, float32 and int8: speed, BLEU, memory, size
+  hf       mt vs its --format hf export in transformers and its CT2 export: BLEU, sentences/s
+           and outputs equal to mt's, greedy and beam 5 (scripts/bench_hf.py)
   serve    mt serve under 64 concurrent clients for 60 s against mt translate in one batch
   text     paragraphs of 4 Tatoeba test sentences against the sentences one a line: BLEU and
            time (scripts/bench_text.py), and the sentence splitters (scripts/bench_splitter.py)
@@ -300,15 +302,24 @@ def step_export(data: Path, results: dict) -> None:
     results["export"] = last_json(out)
 
 
+def on_test_pairs(data: Path, script: str, *extra: str) -> dict:
+    """The JSON line of `script` run on the recipe model and the Tatoeba test pairs."""
+    pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
+    out, _ = run([PY, script, str(RUN), "--pairs", pairs, *extra])
+    return last_json(out)
+
+
 def step_langid(data: Path, results: dict) -> None:
     out, _ = run([PY, "scripts/bench_langid.py", "--data", str(data)])
     results["langid"] = last_json(out)
 
 
+def step_hf(data: Path, results: dict) -> None:
+    results["hf"] = on_test_pairs(data, "scripts/bench_hf.py", "--repeats", "3")
+
+
 def step_serve(data: Path, results: dict) -> None:
-    pairs = str(data / "tatoeba_en_es.test.jsonl.gz")
-    out, _ = run([PY, "scripts/bench_serve.py", str(RUN), "--pairs", pairs])
-    results["serve"] = last_json(out)
+    results["serve"] = on_test_pairs(data, "scripts/bench_serve.py")
 
 
 def step_text(data: Path, results: dict) -> None:
@@ -372,6 +383,33 @@ def render_export(e: dict) -> list[str]:
         "quarter of the weight traffic.",
         "",
     ]
+
+
+def render_hf(h: dict) -> list[str]:
+    intro = (
+        f"The recipe model exported with `mt export --format hf`, decoded by transformers' "
+        f"`generate()` beside mt (float32) and its CT2 export on {h['sentences']} Tatoeba test "
+        f"sentences, {h['threads']} thread, engines in turns (medians). Greedy: every engine "
+        "stops at the model's positions; beam: mt's rules for mt and CT2, transformers' for "
+        "transformers and for mt under `decode.rules=transformers`. Command: `python "
+        "scripts/bench_hf.py runs/bench/tatoeba_cpu --pairs "
+        "../shared/data/tatoeba_en_es.test.jsonl.gz --repeats 3`."
+    )
+    lines = [
+        "## transformers: the `--format hf` export",
+        "",
+        intro,
+        "",
+        "| search | engine | BLEU | sentences/s | same output as mt |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for search in (k for k in h if k.startswith(("greedy", "beam"))):
+        for engine, r in h[search].items():
+            lines.append(
+                f"| {search} | {engine} | {r['bleu']:.2f} | {r['sentences_per_s']:.1f} | "
+                f"{r['same_as_mt']:.1%} |"
+            )
+    return [*lines, ""]
 
 
 def kept() -> str:
@@ -587,6 +625,8 @@ def render(results: dict) -> str:
         lines.append("")
     if "export" in results:
         lines += render_export(results["export"])
+    if "hf" in results:
+        lines += render_hf(results["hf"])
     if "serve" in results:
         lines += render_serve(results["serve"])
     if "text" in results:
@@ -722,7 +762,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
         "--only",
-        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid,markup",
+        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid,markup,hf",
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -740,6 +780,7 @@ def main() -> None:
         "quality": lambda: step_quality(data, results),
         "decode": lambda: step_decode(data, results),
         "export": lambda: step_export(data, results),
+        "hf": lambda: step_hf(data, results),
         "serve": lambda: step_serve(data, results),
         "text": lambda: step_text(data, results),
         "langid": lambda: step_langid(data, results),

@@ -44,10 +44,13 @@ from mt.data.tokenizer import BOS, EOS, PAD  # noqa: E402
 from mt.model import Transformer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = Path(
+    os.environ.get("MT_SHARED_DATA", ROOT.parent / "shared" / "data")
+)  # a worktree: set it
 TATOEBA_TRAIN = SHARED / "tatoeba_en_es.train.jsonl.gz"
 TATOEBA_VALID = SHARED / "tatoeba_en_es.valid.jsonl.gz"
 TATOEBA_TEST = SHARED / "tatoeba_en_es.test.jsonl.gz"
+FLORES = SHARED / "flores200_devtest_en_es.jsonl.gz"
 needs_shared = pytest.mark.skipif(
     not TATOEBA_TRAIN.is_file(), reason=f"shared data not found in {SHARED}"
 )
@@ -433,3 +436,116 @@ def sacrebleu_paired(ref: Path, hyps: list[Path], test: str) -> list[dict[str, t
             }
         )
     return table
+
+
+def read_pairs(file: Path, count: int) -> list[dict]:
+    """The first `count` pairs of a gzip JSONL corpus of the shared data."""
+    import gzip
+
+    pairs = []
+    with gzip.open(file, "rt", encoding="utf-8") as f:
+        for line in f:
+            pairs.append(json.loads(line))
+            if len(pairs) == count:
+                break
+    return pairs
+
+
+def build_marian(
+    out: Path,
+    d: int = 32,
+    layers: int = 2,
+    heads: int = 4,
+    ffn: int = 64,
+    pieces: int = 800,
+    vocab_size: int | None = None,
+    dtype: str = "float32",
+) -> Path:
+    """A random-weight MarianMTModel folder as OPUS-MT's are laid out (swish, scaled and tied
+    embeddings, eos 0, unk 1, pad = decoder start = the last id, a non-zero logits bias) with
+    SentencePiece unigram models of `pieces` pieces a side, trained on 20,000 Tatoeba pairs;
+    `vocab_size`: vocab.json filled up to that many ids (opus-mt-en-es: 65,001)."""
+    import io
+
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    pairs = read_pairs(TATOEBA_TRAIN, 20_000)
+    protos = []
+    for side in ("en", "es"):
+        buffer = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter([p[side] for p in pairs]),
+            model_writer=buffer,
+            vocab_size=pieces,
+            model_type="unigram",
+            character_coverage=1.0,
+            minloglevel=2,
+            num_threads=1,
+        )
+        protos.append(buffer.getvalue())
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = {"</s>": 0, "<unk>": 1}
+    for name, proto in zip(("source.spm", "target.spm"), protos):
+        (out / name).write_bytes(proto)
+        model = spm.SentencePieceProcessor()
+        model.LoadFromSerializedProto(proto)
+        for i in range(model.get_piece_size()):
+            if not (model.is_control(i) or model.is_unknown(i)):
+                vocab.setdefault(model.id_to_piece(i), len(vocab))
+    while vocab_size and len(vocab) < vocab_size - 1:
+        vocab[f"▁unused{len(vocab)}"] = len(vocab)
+    vocab["<pad>"] = pad = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    config = MarianConfig(
+        vocab_size=pad + 1,
+        d_model=d,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        activation_function="swish",
+        max_position_embeddings=512,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        bad_words_ids=[[pad]],
+    )
+    torch.manual_seed(0)
+    model = MarianMTModel(config)
+    with torch.no_grad():  # larger than the init's, so that outputs depend on the source
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, p.size(1) ** -0.5)
+            elif "layer_norm" in name and name.endswith("weight"):
+                p.normal_(1.0, 0.1)
+            else:
+                p.normal_(0.0, 0.1)
+        model.final_logits_bias.normal_(0.0, 1.0)
+        model.final_logits_bias[0, 0] = 3.0  # EOS: some outputs end before the limit
+    model.to(getattr(torch, dtype)).save_pretrained(out)
+    tokenizer = MarianTokenizer(
+        str(out / "source.spm"),
+        str(out / "target.spm"),
+        str(out / "vocab.json"),
+        source_lang="en",
+        target_lang="es",
+    )
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def marian_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small random-weight Marian folder (build_marian), built once a session."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("sentencepiece")
+    if not TATOEBA_TRAIN.is_file():
+        pytest.skip(f"shared data not found in {SHARED}")
+    return build_marian(tmp_path_factory.mktemp("marian") / "small")

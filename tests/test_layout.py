@@ -20,7 +20,7 @@ LONGEST = 450  # lines a module may have
 LAYERS = [
     {"mt", "mt.errors", "mt.messages", "mt.files", "mt.run_folder", "mt.device", "mt.config"},
     {"mt.data"},
-    {"mt.model", "mt.checkpoint"},
+    {"mt.model", "mt.checkpoint", "mt.marian"},
     {"mt.decoding"},
     {"mt.text"},
     {"mt.formats"},

@@ -223,9 +223,9 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
     real = mt_update.smoothed_loss
     calls = {"n": 0}
 
-    def sometimes_nan(logits, target, epsilon):
+    def sometimes_nan(logits, target, epsilon, pad):
         calls["n"] += 1
-        loss, nll = real(logits, target, epsilon)
+        loss, nll = real(logits, target, epsilon, pad)
         return (loss * math.nan, nll) if calls["n"] == 1 else (loss, nll)
 
     monkeypatch.setattr(mt_update, "smoothed_loss", sometimes_nan)

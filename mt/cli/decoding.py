@@ -397,20 +397,29 @@ def export_command(
         str, typer.Argument(help="Run folder (its best, else last), checkpoint folder or file.")
     ],
     out: Annotated[str, typer.Option(help="The folder to write.")],
-    fmt: Annotated[str, typer.Option("--format", help="ctranslate2.")] = "ctranslate2",
+    fmt: Annotated[
+        str, typer.Option("--format", help="ctranslate2, or hf (a transformers MarianMT folder).")
+    ] = "ctranslate2",
     quantization: Annotated[
         str, typer.Option(help="int8, int8_float32, bfloat16, float16 or float32.")
     ] = "float32",
     force: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
 ) -> None:
-    r"""Export a checkpoint (or mt average's output) for serving with CTranslate2.
+    r"""Export a checkpoint (or mt average's output) for serving with CTranslate2, or as a
+    transformers MarianMT folder (--format hf).
 
-    The folder holds the CT2 model, the tokenizers and mt.json; mt translate and mt evaluate
-    accept it. Needs ctranslate2: pip install 'mt\[export]'.
+    The CT2 folder holds the CT2 model, the tokenizers and mt.json; mt translate and mt
+    evaluate accept it. Needs ctranslate2: pip install 'mt\[export]'. The hf folder loads with
+    AutoModelForSeq2SeqLM, AutoTokenizer and pipeline("translation"); mt opens it too. Needs
+    pip install 'mt\[hf]'.
     """
     from ..converters.ctranslate2 import export
+    from ..converters.marian import export_hf
 
     command = shlex.join(["mt", *sys.argv[1:]])
+    if fmt == "hf":
+        say(f"wrote {export_hf(checkpoint, out, force)}")
+        return
     say(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}")
 
 

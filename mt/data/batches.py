@@ -29,7 +29,7 @@ import torch
 from ..errors import ConfigError
 from .packing import PackedBatch, Rows, collate_packed, pack_rows
 from .store import Split
-from .tokenizer import BOS, EOS, PAD
+from .tokenizer import PAD, SPECIALS, Specials
 
 Batch = tuple[torch.Tensor, ...]  # src (B, S), tgt_in (B, T), tgt_out (B, T): int64, padded;
 # packed, a PackedBatch: those three and where each row's sentences lie, all (rows, length)
@@ -99,7 +99,9 @@ class Batches:
         prefetch: bool = True,
         pack_length: int = 0,  # tokens a packed row (`packing.row_length`); 0: padded
         resegment: Callable[[int], Split] | None = None,  # epoch -> its split (BPE-dropout)
+        specials: Specials = SPECIALS,  # the model's pad, BOS and EOS ids
     ) -> None:
+        self.specials = specials
         self.split, self.max_tokens, self.seed, self.position = split, max_tokens, seed, position
         self.rank, self.world, self.pin, self.resegment = rank, world, pin, resegment
         self.pack_length, self.rows = pack_length, max_tokens // max(pack_length, 1)
@@ -188,10 +190,10 @@ class Batches:
         # thread, when this batch is its last: not in `__next__` on the training thread
         if self.pack_length:
             arrays = collate_packed(
-                plan.split.src, plan.split.tgt, batch, self.pack_length, self.rows
+                plan.split.src, plan.split.tgt, batch, self.pack_length, self.rows, self.specials
             )
         else:
-            arrays = collate(plan.split, batch)
+            arrays = collate(plan.split, batch, self.specials)
         plan.split.src.release()  # a batch's pages read: unmapped (`Sentences.release`)
         plan.split.tgt.release()
         tensors = map_batch(torch.from_numpy, arrays)
@@ -242,28 +244,42 @@ def token_batches(
     return batches
 
 
-def collate(split: Split, index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def collate(
+    split: Split, index: np.ndarray, specials: Specials = SPECIALS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Padded arrays for a batch: src + EOS, BOS + tgt (decoder input), tgt + EOS (labels)."""
     src, tgt = split.src.take(index), split.tgt.take(index)
-    return padded(*src, suffix=EOS), padded(*tgt, prefix=BOS), padded(*tgt, suffix=EOS)
+    pad, bos, eos = specials
+    return (
+        padded(*src, suffix=eos, pad=pad),
+        padded(*tgt, prefix=bos, pad=pad),
+        padded(*tgt, suffix=eos, pad=pad),
+    )
 
 
 def pad_batch(
-    seqs: Sequence[Sequence[int]], prefix: int | None = None, suffix: int | None = None
+    seqs: Sequence[Sequence[int]],
+    prefix: int | None = None,
+    suffix: int | None = None,
+    pad: int = PAD,
 ) -> np.ndarray:
-    """Sequences as the rows of a PAD-filled (B, longest + extras) int64 array, each with an
+    """Sequences as the rows of a `pad`-filled (B, longest + extras) int64 array, each with an
     optional token before (BOS) and after (EOS)."""
     lengths = np.fromiter(map(len, seqs), np.int64, len(seqs))  # (B,)
-    return padded(np.concatenate(seqs), lengths, prefix, suffix)
+    return padded(np.concatenate(seqs), lengths, prefix, suffix, pad)
 
 
 def padded(
-    ids: np.ndarray, lengths: np.ndarray, prefix: int | None = None, suffix: int | None = None
+    ids: np.ndarray,
+    lengths: np.ndarray,
+    prefix: int | None = None,
+    suffix: int | None = None,
+    pad: int = PAD,
 ) -> np.ndarray:
     """`pad_batch` of sentences given as their ids concatenated and their lengths: one
     scatter, no loop over the rows."""
     start = int(prefix is not None)
-    out = np.full((len(lengths), int(lengths.max()) + start + (suffix is not None)), PAD, np.int64)
+    out = np.full((len(lengths), int(lengths.max()) + start + (suffix is not None)), pad, np.int64)
     columns = np.arange(out.shape[1])
     # row-major order of the mask matches the order of the concatenated tokens
     out[(columns >= start) & (columns < start + lengths[:, None])] = ids

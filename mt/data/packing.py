@@ -21,7 +21,7 @@ import numpy as np
 from ..config import Config, longest_sequence
 from ..errors import ConfigError
 from .store import Sentences
-from .tokenizer import BOS, EOS, PAD
+from .tokenizer import SPECIALS, Specials
 
 ROW_MULTIPLE = 128  # default row lengths are multiples of FlexAttention's block size
 
@@ -110,19 +110,25 @@ def pack_rows(
 
 
 def collate_packed(
-    src: Sentences, tgt: Sentences, plan: Rows, length: int, rows: int
+    src: Sentences,
+    tgt: Sentences,
+    plan: Rows,
+    length: int,
+    rows: int,
+    specials: Specials = SPECIALS,
 ) -> PackedBatch:
     """The arrays of a batch planned by `pack_rows`, (rows, length) each: gathered and
     scattered by index, with no loop over the sentences (a GPU batch holds thousands)."""
     grid = (rows, length)
     src_cell, src_doc, src_pos, src_at, src_last = _layout(src, plan, length)
     tgt_cell, tgt_doc, tgt_pos, tgt_at, tgt_last = _layout(tgt, plan, length)
+    pad, bos, eos = specials
     return PackedBatch(
-        _grid(src_cell, np.where(src_last, EOS, src.ids.take(src_at, mode="clip")), PAD, grid),
+        _grid(src_cell, np.where(src_last, eos, src.ids.take(src_at, mode="clip")), pad, grid),
         _grid(
-            tgt_cell, np.where(tgt_pos == 0, BOS, tgt.ids.take(tgt_at - 1, mode="clip")), PAD, grid
+            tgt_cell, np.where(tgt_pos == 0, bos, tgt.ids.take(tgt_at - 1, mode="clip")), pad, grid
         ),
-        _grid(tgt_cell, np.where(tgt_last, EOS, tgt.ids.take(tgt_at, mode="clip")), PAD, grid),
+        _grid(tgt_cell, np.where(tgt_last, eos, tgt.ids.take(tgt_at, mode="clip")), pad, grid),
         _grid(src_cell, src_doc, -1, grid),
         _grid(tgt_cell, tgt_doc, -1, grid),
         _grid(src_cell, src_pos, 0, grid),

@@ -174,7 +174,7 @@ def _build_cache(
         with atomic_path(cache) as tmp:
             tmp.mkdir()
             meta, tokenizers = _build(config, fp, tmp, base(config) if base else None)
-            texts = [t.to_str(pretty=True) for t in tokenizers]
+            texts = tok.tokenizers_to_str(tokenizers, tok_files)
             meta["tokenizers"] = {p.name: _sha256(t.encode()) for p, t in zip(tok_files, texts)}
             (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     except BaseException:
@@ -444,7 +444,7 @@ def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared 
             if len(pairs) != len(splits[name]):
                 return None
         splits["train"].corpora = [(int(n), w) for n, w in meta["corpora"]]
-        src_tok, tgt_tok = (Tokenizer.from_file(str(p)) for p in tok_files)
+        src_tok, tgt_tok = tok.tokenizers_from_files(tok_files)
     except (OSError, KeyError, ValueError, TypeError, EOFError, MtError):
         return None  # missing or damaged cache: rebuild it
     return Prepared(splits, src_tok, tgt_tok, meta["stats"], reused=True)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tokenizers import (
@@ -34,6 +36,18 @@ from ..errors import ConfigError
 from .store import Sentences
 
 PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
+
+
+class Specials(NamedTuple):
+    """The ids a model reads and writes around the text's tokens: those of the vocabularies mt
+    learns (`SPECIALS`), or an imported model's own (model.pad_id ...; BOS may equal PAD)."""
+
+    pad: int
+    bos: int
+    eos: int
+
+
+SPECIALS = Specials(PAD, BOS, EOS)
 
 
 def train_tokenizer(
@@ -90,6 +104,36 @@ def reserve_tags(tokenizer: Tokenizer, tags: Sequence[str]) -> Tokenizer:
     text) keeps it whole and `decode` keeps it."""
     tokenizer.add_tokens([AddedToken(tag, normalized=False, special=False) for tag in tags])
     return tokenizer
+
+
+def tokenizer_from_str(text: str) -> Tokenizer:
+    """A saved tokenizer: ours (tokenizers' JSON), or a Marian model's SentencePiece one
+    (mt.data.spm, which has the same interface)."""
+    from . import spm
+
+    if spm.is_saved(text):
+        return spm.SentencePieceTokenizer.from_str(text)
+    return Tokenizer.from_str(text)
+
+
+def tokenizers_to_str(tokenizers: Sequence[Tokenizer], files: Sequence[Path]) -> list[str]:
+    """The texts of the source and target tokenizer files: one joint file holds both sides
+    when they differ (a Marian model's SentencePiece models)."""
+    from . import spm
+
+    texts = [t.to_str(pretty=True) for t in tokenizers]
+    if files[0] == files[1] and texts[0] != texts[1]:
+        return [spm.pair_to_str(*texts)] * 2
+    return texts
+
+
+def tokenizers_from_files(files: Sequence[Path]) -> tuple[Tokenizer, Tokenizer]:
+    """The source and target tokenizers of a run folder's files (`tokenizers_to_str`)."""
+    from . import spm
+
+    texts = [p.read_text("utf-8") for p in files]
+    texts = spm.pair_from_str(texts[0]) or texts
+    return tokenizer_from_str(texts[0]), tokenizer_from_str(texts[1])
 
 
 def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from ..messages import say
+from .tokenizer import tokenizer_from_str
 
 PERIOD = 30.0  # seconds between progress lines off a terminal
 
@@ -67,7 +68,7 @@ def _forked(count: int, texts: tuple[str, ...]) -> Iterator[Any]:
 
 def _start_worker(texts: tuple[str, ...]) -> None:
     global _TOKENIZERS
-    _TOKENIZERS = tuple(Tokenizer.from_str(t) for t in texts)
+    _TOKENIZERS = tuple(tokenizer_from_str(t) for t in texts)
 
 
 class Meter:

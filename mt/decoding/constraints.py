@@ -27,7 +27,6 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..data import tokenizer as tok
-from ..data.tokenizer import BOS, EOS
 from ..errors import ConfigError
 from ..model import Transformer
 from .search import (
@@ -172,23 +171,24 @@ def constrained_beam_search(
     output instead."""
     beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
     n_src, device = src.size(0), src.device
-    limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b))
+    pad, bos, eos = model.cfg.pad_id, model.cfg.bos_id, model.cfg.eos_id
+    limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, pad))
     steps = int(limit.max()) + 1
     state, decode_step = _start(model, *model.encode(src), steps, beam, Plan())
     rules = [c or Constraints([]) for c in constraints]
     live = [[_Live([], 0.0), *[None] * (beam - 1)] for _ in range(n_src)]
     finished: list[list[Hypothesis]] = [[] for _ in range(n_src)]
     sents = list(range(n_src))  # the sentences still searched, in the order of their rows
-    tokens = src.new_full((n_src * beam,), BOS)
+    tokens = src.new_full((n_src * beam,), bos)
     for t in range(steps):
         row_sent = torch.tensor(sents, device=device).repeat_interleave(beam)
         logprobs = decode_step(tokens).float().log_softmax(-1)  # (N * k, V)
-        _forbid(logprobs, t >= limit[row_sent])
+        _forbid(logprobs, t >= limit[row_sent], model.cfg)
         if (forced := _forced_at(prefix, t, row_sent)) is not None:
             _force(logprobs, forced)
         hyps = [h for s in sents for h in live[s]]
         unmet = [h is None or not rules[s].done(h.progress) for s in sents for h in live[s]]
-        logprobs[:, EOS].masked_fill_(torch.tensor(unmet, device=device), NEG_INF)
+        logprobs[:, eos].masked_fill_(torch.tensor(unmet, device=device), NEG_INF)
         alive = torch.tensor([NEG_INF if h is None else h.logprob for h in hyps], device=device)
         top = best_extensions(logprobs, alive.view(len(sents), beam), 2 * beam)
         best_value, best_word = (x.tolist() for x in logprobs.max(-1))
@@ -217,7 +217,7 @@ def constrained_beam_search(
                 h = live[s][b]
                 if score == NEG_INF or h is None:
                     continue
-                if word == EOS:
+                if word == eos:
                     penalty = length_penalty(len(h.tokens) + 1, alpha)
                     finished[s].append(Hypothesis(h.tokens, score / penalty, score))
                 else:
@@ -233,7 +233,7 @@ def constrained_beam_search(
             keep.append(i)
             chosen_rows += [i * beam + b for _, b, _, _ in chosen]
             chosen_rows += [i * beam] * (beam - len(chosen))  # dead rows: any row will do
-            next_words += [w for _, _, w, _ in chosen] + [EOS] * (beam - len(chosen))
+            next_words += [w for _, _, w, _ in chosen] + [eos] * (beam - len(chosen))
         if not keep:
             break
         index = torch.tensor(keep, device=device)

@@ -50,6 +50,10 @@ class Ensemble(nn.Module):
     def out(self) -> nn.Linear:  # the output layer's size is the target vocabulary's
         return self.models[0].out
 
+    @property
+    def specials(self):  # one tokenizer, so one set of special ids
+        return self.models[0].specials
+
     def encode(self, src: Tensor) -> tuple[list[Tensor], Tensor]:
         encoded = [model.encode(src) for model in self.models]
         return [memory for memory, _ in encoded], encoded[0][1]

@@ -27,7 +27,6 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from ..data.tokenizer import BOS
 from ..messages import say
 from ..model import DecoderState, Transformer
 
@@ -150,7 +149,7 @@ class Graphs:
             shape = self._new(model, memory, key)
         self.shapes[key] = shape
         shape.state.load(memory_kv, src_keep)
-        shape.tokens.fill_(BOS)  # padding rows step on from BOS
+        shape.tokens.fill_(model.cfg.bos_id)  # padding rows step on from BOS
         return shape.state, self._stepper(model, shape, n * beam, graph)
 
     def guard(self, search: Callable[[bool], T], tokens: Callable[[T], Any]) -> T:
@@ -205,7 +204,7 @@ class Graphs:
         n, beam, s, steps, _ = key
         zeros, keep = memory.new_zeros(n, s, memory.size(2)), memory.new_ones(n, 1, 1, s).bool()
         state = model.start_decoding(zeros, keep, steps, beam, static=True)
-        return _Shape(state, torch.full((n * beam,), BOS, device=memory.device))
+        return _Shape(state, torch.full((n * beam,), model.cfg.bos_id, device=memory.device))
 
     def _stepper(self, model: Transformer, shape: _Shape, rows: int, graph: bool) -> Step:
         state, tokens, module = shape.state, shape.tokens, _Step(model)

@@ -52,7 +52,7 @@ def sample(
     n = cfg.nbest
     src = src.repeat_interleave(n, 0)  # every sample its own row
     prefix = None if prefix is None else prefix.repeat_interleave(n, 0)
-    lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
+    lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, model.cfg.pad_id)
     outputs, logprobs = _greedy(
         model, src, lengths, plan, prefix, lambda scores: draw(scores, cfg, generator)
     )

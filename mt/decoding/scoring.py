@@ -9,6 +9,7 @@ is the one beam search gives that hypothesis (tested).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -22,7 +23,6 @@ from ..data import tokenizer as tok
 from ..data.batches import collate, token_batches
 from ..data.corpus import Pair
 from ..data.store import Split
-from ..data.tokenizer import PAD
 from ..device import autocast, precision_for
 from ..messages import say
 from ..model import Transformer, max_length
@@ -47,7 +47,9 @@ def teacher_forced(
     and what `measure` makes of the decoder's logits (B, T, V) given the reference prefix
     and the labels (B, T). The logits are gone before the next batch's pass."""
     for index in token_batches(*lengths, budget, 0, 0, shuffle=False):
-        src, tgt_in, tgt_out = (torch.from_numpy(a).to(device) for a in collate(split, index))
+        src, tgt_in, tgt_out = (
+            torch.from_numpy(a).to(device) for a in collate(split, index, model.specials)
+        )
         with autocast(device, dtype):
             logits = model(src, tgt_in)
         measured = measure(logits, tgt_out)
@@ -55,10 +57,10 @@ def teacher_forced(
         yield index, measured
 
 
-def _target_logprobs(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
+def _target_logprobs(logits: torch.Tensor, tgt_out: torch.Tensor, pad: int) -> torch.Tensor:
     # (B, T, V), (B, T) -> (B,): each target's log-probability, its EOS included
     token_logprobs = logits.float().log_softmax(-1).gather(-1, tgt_out.unsqueeze(-1))
-    return token_logprobs.squeeze(-1).masked_fill(tgt_out == PAD, 0).sum(1)
+    return token_logprobs.squeeze(-1).masked_fill(tgt_out == pad, 0).sum(1)
 
 
 @dataclass
@@ -103,7 +105,8 @@ def score_ids(
     model.eval()
     logprobs = np.zeros(len(split))
     budget = decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
-    passes = teacher_forced(model, split, lengths, budget, device, _target_logprobs, dtype)
+    measure = functools.partial(_target_logprobs, pad=model.cfg.pad_id)
+    passes = teacher_forced(model, split, lengths, budget, device, measure, dtype)
     for index, sums in passes:
         logprobs[index] = sums.tolist()
     return [

@@ -4,8 +4,9 @@ Both decode a whole batch at once; how the loop meets the device (how often the 
 whether done sentences' rows leave the cache, a static cache, CUDA graphs) is a `Plan`. A
 sentence's output has at most `max_len` tokens before EOS, which is then forced;
 `output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
-A `prefix` (B, P) of target tokens, PAD where a sentence's is shorter, forces each
-hypothesis's first tokens; the search continues from them. Put the model in eval mode first.
+The special ids are the model's (`model.cfg`: pad_id, bos_id, eos_id). A `prefix` (B, P) of
+target tokens, FREE (0) where a sentence's is shorter, forces each hypothesis's first tokens;
+the search continues from them. Put the model in eval mode first.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import torch
 from torch import Tensor
 
 from mt.config import DecodeConfig, ModelConfig
-from mt.data.tokenizer import BOS, EOS, PAD
 from mt.decoding.graphs import Step, graphs_for
 from mt.model import DecoderState, Transformer, max_length
 
 T = TypeVar("T")
 
 NEG_INF = float("-inf")
+FREE = 0  # a prefix's filler, no token forced: id 0 is PAD (ours) or EOS (Marian), in no prefix
 
 
 @dataclass
@@ -46,9 +47,10 @@ def output_lengths(source_lengths: Tensor, a: float, b: int) -> Tensor:
     return (source_lengths * a + b).long()
 
 
-def max_output_lengths(src: Tensor, a: float, b: int) -> Tensor:
-    """`output_lengths` of a padded batch src (B, S) -> (B,) long."""
-    return output_lengths((src != PAD).sum(1), a, b)
+def max_output_lengths(src: Tensor, a: float, b: int, pad: int = 0) -> Tensor:
+    """`output_lengths` of a batch src (B, S) padded with `pad` (the model's pad id) -> (B,)
+    long."""
+    return output_lengths((src != pad).sum(1), a, b)
 
 
 def within_positions(max_len: int | Tensor, model: ModelConfig) -> Tensor:
@@ -63,23 +65,23 @@ def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:
     return within_positions(limit, model.cfg)
 
 
-def _forbid(scores: Tensor, force_eos: Tensor | None) -> Tensor:
+def _forbid(scores: Tensor, force_eos: Tensor | None, cfg: ModelConfig) -> Tensor:
     # scores (R, V): logits or log-probs, force_eos (R,) bool or None (no row at its limit)
     # -> the same tensor, -inf where a token may not come next: PAD and BOS anywhere, all but
     # EOS in rows at their limit. Masked, not by `force_eos.any()`: no wait for the device
-    scores[:, PAD] = scores[:, BOS] = NEG_INF
+    scores[:, cfg.pad_id] = scores[:, cfg.bos_id] = NEG_INF
     if force_eos is not None:
-        eos = scores[:, EOS].clone()
+        eos = scores[:, cfg.eos_id].clone()
         scores.masked_fill_(force_eos.unsqueeze(1), NEG_INF)
-        scores[:, EOS] = eos
+        scores[:, cfg.eos_id] = eos
     return scores
 
 
 def _force(scores: Tensor, forced: Tensor) -> Tensor:
-    # scores (R, V), forced (R,): the token a row must take now, PAD where it is free
+    # scores (R, V), forced (R,): the token a row must take now, FREE where it is free
     # -> the same tensor, -inf but at the forced token in rows that have one
     other = torch.arange(scores.size(1), device=scores.device) != forced.unsqueeze(1)
-    return scores.masked_fill_(other & (forced != PAD).unsqueeze(1), NEG_INF)
+    return scores.masked_fill_(other & (forced != FREE).unsqueeze(1), NEG_INF)
 
 
 def _forced_at(prefix: Tensor | None, t: int, sentences: Tensor) -> Tensor | None:
@@ -166,9 +168,10 @@ def _greedy(
     steps = int(limit.max()) + 1  # the last one can only give EOS
     first_limit = int(limit.min())  # no row has to give EOS before this step
     state, decode_step = _start(model, *model.encode(src), steps, 1, plan)
-    out = src.new_full((src.size(0), steps), EOS)
+    eos = model.cfg.eos_id
+    out = src.new_full((src.size(0), steps), eos)
     rows = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each row
-    tokens = src.new_full(rows.shape, BOS)
+    tokens = src.new_full(rows.shape, model.cfg.bos_id)
     done = torch.zeros_like(rows, dtype=torch.bool)  # (N,) the row has given EOS
     logprob = torch.zeros(src.size(0), device=src.device)
     for t in range(steps):
@@ -176,7 +179,7 @@ def _greedy(
         if choose is not None:  # log-probs before masking: those `mt score` gives
             scores = scores.float().log_softmax(-1)
         force_eos = t >= limit[rows] if t >= first_limit else None
-        _forbid(scores, force_eos)
+        _forbid(scores, force_eos, model.cfg)
         if (forced := _forced_at(prefix, t, rows)) is not None:
             _force(scores, forced)
         if choose is None:
@@ -185,7 +188,7 @@ def _greedy(
             tokens = choose(scores)
             logprob[rows] += scores.gather(1, tokens.unsqueeze(1)).squeeze(1).masked_fill(done, 0)
         out[rows, t] = tokens  # what follows a row's first EOS is cut off below
-        done |= tokens == EOS
+        done |= tokens == eos
         if (t + 1) % plan.check_every == 0:  # the host looks
             live = (~done).nonzero().squeeze(1)
             if len(live) == 0:
@@ -193,7 +196,7 @@ def _greedy(
             if not plan.static and len(live) < len(rows):
                 rows, tokens, done = rows[live], tokens[live], done[live]
                 state.select(live, live)
-    return [seq[: seq.index(EOS)] for seq in out.tolist()], logprob
+    return [seq[: seq.index(eos)] for seq in out.tolist()], logprob
 
 
 @torch.inference_mode()
@@ -226,26 +229,36 @@ def _beam_search(
     model: Transformer, src: Tensor, cfg: DecodeConfig, plan: Plan, prefix: Tensor | None
 ) -> list[list[Hypothesis]]:
     beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
+    hf = cfg.rules == "transformers"  # generate()'s rules (DecodeConfig.rules)
+    kept = max(nbest, beam) if hf else nbest  # finished hypotheses kept
+
+    def penalty(length):
+        return length**alpha if hf else length_penalty(length, alpha)
+
     n_src, device = src.size(0), src.device
-    limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b))  # (B,)
+    pad, eos = model.cfg.pad_id, model.cfg.eos_id
+    lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, pad)
+    limit = _limits(model, src, lengths)  # (B,)
     steps, first_limit = int(limit.max()) + 1, int(limit.min())
     state, decode_step = _start(model, *model.encode(src), steps, beam, plan)
     # the nbest best finished hypotheses of each sentence so far
-    fin_score = torch.full((n_src, nbest), NEG_INF, device=device)
-    fin_logprob = torch.full((n_src, nbest), NEG_INF, device=device)
-    fin_tokens = src.new_full((n_src, nbest, steps), PAD)
+    fin_score = torch.full((n_src, kept), NEG_INF, device=device)
+    fin_logprob = torch.full((n_src, kept), NEG_INF, device=device)
+    fin_tokens = src.new_full((n_src, kept, steps), pad)
     # the live hypotheses: k per sentence, their rows in the cache in that order
     sent = torch.arange(n_src, device=device)  # (N,) sentence of each group of k rows
     alive = torch.full((n_src, beam), NEG_INF, device=device)  # (N, k) their log-probs
     alive[:, 0] = 0.0  # the k beams start as copies of one
     done = torch.zeros(n_src, dtype=torch.bool, device=device)  # (N,) nothing can beat fin
-    history = src.new_full((n_src * beam, steps), PAD)  # (N * k, steps) their tokens
-    tokens = src.new_full((n_src * beam,), BOS)
+    history = src.new_full((n_src * beam, steps), pad)  # (N * k, steps) their tokens
+    tokens = src.new_full((n_src * beam,), model.cfg.bos_id)
     for t in range(steps):
         n = len(sent)
         logprobs = decode_step(tokens).float().log_softmax(-1)  # (N * k, V)
         force_eos = (t >= limit[sent]).repeat_interleave(beam) if t >= first_limit else None
-        _forbid(logprobs, force_eos)
+        _forbid(logprobs, force_eos, model.cfg)
+        if hf and force_eos is not None:  # transformers' ForcedEOSTokenLogitsProcessor
+            logprobs[:, eos].masked_fill_(force_eos, 0.0)
         if cfg.no_repeat_ngram and t >= cfg.no_repeat_ngram:
             banned = _repeated_ngrams(history[:, :t], cfg.no_repeat_ngram, logprobs.size(1))
             logprobs.masked_fill_(banned, NEG_INF)
@@ -254,19 +267,20 @@ def _beam_search(
         # the 2k best extensions: at most k end in EOS (one per beam), so k others remain
         cand, origin, word = best_extensions(logprobs, alive, 2 * beam)  # (N, 2k) each
         origin += torch.arange(n, device=device).unsqueeze(1) * beam  # beam -> its row
-        ends = word == EOS
+        ends = word == eos
         # an EOS in the top k finishes a hypothesis (of a sentence not done yet)
         finished = ends[:, :beam] & ~done.unsqueeze(1)  # (N, k)
-        score = torch.where(finished, cand[:, :beam] / length_penalty(t + 1, alpha), NEG_INF)
-        top, pick = torch.cat([fin_score[sent], score], 1).topk(nbest)  # (N, nbest)
+        score = torch.where(finished, cand[:, :beam] / penalty(t + 1), NEG_INF)
+        top, pick = torch.cat([fin_score[sent], score], 1).topk(kept)  # (N, kept)
         fin_score[sent] = top
         fin_logprob[sent] = torch.cat([fin_logprob[sent], cand[:, :beam]], 1).gather(1, pick)
         pool = torch.cat([fin_tokens[sent], history[origin[:, :beam]]], 1)  # (N, nbest + k, steps)
         fin_tokens[sent] = pool.gather(1, pick.unsqueeze(2).expand(-1, -1, steps))
         alive, pick = cand.masked_fill(ends, NEG_INF).topk(beam)  # (N, k)
         origin, word = origin.gather(1, pick), word.gather(1, pick)
-        # log-probs only fall, and the penalty grows at most to that of the longest output
-        reachable = alive[:, 0] / length_penalty(limit[sent] + 1, alpha)  # (N,)
+        # log-probs only fall, and the penalty grows at most to that of the longest output;
+        # transformers guesses the current length instead
+        reachable = alive[:, 0] / penalty(t + 1 if hf else limit[sent] + 1)  # (N,)
         done |= fin_score[sent, -1] >= reachable
         keep = None
         if (t + 1) % plan.check_every == 0:  # the host looks
@@ -283,15 +297,15 @@ def _beam_search(
         history = history[rows]
         tokens = word.flatten()
         history[:, t] = tokens
-    return _finished(fin_tokens, fin_score, fin_logprob)
+    return [hyps[:nbest] for hyps in _finished(fin_tokens, fin_score, fin_logprob, pad)]
 
 
-def _finished(tokens: Tensor, score: Tensor, logprob: Tensor) -> list[list[Hypothesis]]:
-    """Each sentence's finished hypotheses, best first: tokens (N, nbest, steps) padded,
-    score and logprob (N, nbest), -inf where fewer than nbest finished."""
+def _finished(tokens: Tensor, score: Tensor, logprob: Tensor, pad: int) -> list[list[Hypothesis]]:
+    """Each sentence's finished hypotheses, best first: tokens (N, nbest, steps) padded with
+    `pad`, score and logprob (N, nbest), -inf where fewer than nbest finished."""
     return [
         [
-            Hypothesis([w for w in seq if w != PAD], s, lp)
+            Hypothesis([w for w in seq if w != pad], s, lp)
             for seq, s, lp in zip(*hyps)
             if s > NEG_INF
         ]

@@ -18,7 +18,6 @@ from tqdm import tqdm
 from ..config import DecodeConfig, ModelConfig
 from ..data import tokenizer as tok
 from ..data.batches import pad_batch
-from ..data.tokenizer import EOS, PAD
 from ..device import autocast, precision_for
 from ..errors import ConfigError, MachineError
 from ..messages import say
@@ -28,6 +27,7 @@ from .ensemble import Ensemble
 from .pieces import source_pieces
 from .sampling import sample
 from .search import (
+    FREE,
     Hypothesis,
     beam_search,
     greedy,
@@ -129,7 +129,8 @@ def translate_ids(
         if len(batch) > cap:
             pending += [batch[i : i + cap] for i in range(0, len(batch), cap)][::-1]
             continue
-        src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=EOS)).to(device)
+        pad, _, eos = model.specials
+        src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=eos, pad=pad)).to(device)
         prefix = _prefix_batch(prefixes, batch, device)
         rules = [constraints[i] for i in batch] if constraints else []
         try:
@@ -183,7 +184,7 @@ def _searcher(cfg: DecodeConfig, device: torch.device):
     if cfg.greedy:
 
         def search_greedy(model, src, plan, prefix) -> list:
-            lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b)
+            lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, model.cfg.pad_id)
             found = greedy(model, src, lengths, plan, prefix)
             return [[Hypothesis(t, float("nan"), float("nan"))] for t in found]
 
@@ -222,9 +223,9 @@ def output_limits(model: Transformer, ids: Sequence[Sequence[int]], cfg: DecodeC
 def _prefix_batch(
     prefixes: Sequence[Sequence[int]] | None, batch: list, device: torch.device
 ) -> torch.Tensor | None:
-    """The batch's prefixes as a PAD-filled (B, P) tensor; None if none has one."""
+    """The batch's prefixes as a (B, P) tensor filled with FREE; None if none has one."""
     if prefixes is None or not any(prefixes[i] for i in batch):
         return None
     width = max(len(prefixes[i]) for i in batch)
-    rows = [[*prefixes[i], *[PAD] * (width - len(prefixes[i]))] for i in batch]
+    rows = [[*prefixes[i], *[FREE] * (width - len(prefixes[i]))] for i in batch]
     return torch.tensor(rows, device=device)

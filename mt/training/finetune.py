@@ -22,6 +22,7 @@ from ..config_file import diff_configs
 from ..data.old_corpus import Base
 from ..errors import ConfigError
 from ..files import atomic_write_text
+from ..marian import marian_config, marian_folder
 from ..run_folder import INIT
 
 # parameters (by name prefix) that `train.freeze` keeps as they are; a tied embedding is one
@@ -58,6 +59,31 @@ def init_file(config: Config) -> Path | None:
             "a fine-tuned model keeps the model and tokenizer it starts from"
         )
     return file
+
+
+def adopt(config: Config) -> None:
+    """When train.init names a Marian model (mt.marian), make its model and tokenizer
+    sections the run's: keys left at their defaults take the model's values; a key set to
+    another value than the model's is refused, naming it."""
+    folder = marian_folder(config.train.init) if config.train.init else None
+    if folder is None:
+        return
+    try:
+        theirs = marian_config(folder)
+    except ConfigError as e:
+        raise ConfigError(f"train.init: {e}") from None
+    for section in ("model", "tokenizer"):
+        ours, default = getattr(config, section), type(getattr(config, section))()
+        for key, value in dataclasses.asdict(getattr(theirs, section)).items():
+            if key == "dropout" or getattr(ours, key) in (value, getattr(default, key)):
+                continue
+            raise ConfigError(
+                f"train.init: {folder}: {section}.{key} is {value!r} in the model, "
+                f"{getattr(ours, key)!r} here; a fine-tuned model keeps its shape and tokenizer"
+            )
+    dropout = config.model.dropout, config.tokenizer.dropout
+    config.model, config.tokenizer = theirs.model, theirs.tokenizer
+    config.model.dropout, config.tokenizer.dropout = dropout
 
 
 def base(config: Config) -> Base | None:

@@ -10,15 +10,16 @@ from ..data.tokenizer import PAD
 CHUNK = 2**25  # logits a chunk (128 MiB in float32): whole, (N, V) never is in float32
 
 
-def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float):
-    """Label-smoothed cross-entropy and plain NLL, both summed over non-PAD targets.
+def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int = PAD):
+    """Label-smoothed cross-entropy and plain NLL, both summed over targets that are not
+    `pad` (the model's pad id).
 
     The loss is the cross-entropy against q = (1 - eps) on the reference + eps / V on every
     token. Both come from one log_softmax, and the gradient is written directly as
     softmax - q: autograd through log_softmax, gather and sum would make several more passes
     over the (N, V) matrix, the largest in the model.
     """
-    return SmoothedLoss.apply(logits.flatten(0, -2), target.flatten(), epsilon)
+    return SmoothedLoss.apply(logits.flatten(0, -2), target.flatten(), epsilon, pad)
 
 
 class SmoothedLoss(torch.autograd.Function):
@@ -29,10 +30,10 @@ class SmoothedLoss(torch.autograd.Function):
     64k tokens over 16k words would otherwise keep 4 GiB of float32 for the backward pass."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, epsilon: float):
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int):
         # logits (N, V), target (N,) -> loss, nll: scalars
         dtype = torch.promote_types(logits.dtype, torch.float32)
-        keep = (target != PAD).to(dtype)  # (N,): multiply, not index (no copy)
+        keep = (target != pad).to(dtype)  # (N,): multiply, not index (no copy)
         nll = uniform = logits.new_zeros((), dtype=dtype)
         chunks, needs_grad = _chunks(logits), ctx.needs_input_grad[0]
         grad = torch.empty_like(logits) if needs_grad and len(chunks) > 1 else None
@@ -57,7 +58,7 @@ class SmoothedLoss(torch.autograd.Function):
     def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor):
         grad, keep = ctx.saved_tensors
         # in place: a second backward through the same loss is refused (a version mismatch)
-        return grad.mul_((keep * grad_loss).unsqueeze(1)).to(ctx.dtype), None, None
+        return grad.mul_((keep * grad_loss).unsqueeze(1)).to(ctx.dtype), None, None, None
 
 
 def _chunks(logits: torch.Tensor) -> list[slice]:

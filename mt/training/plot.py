@@ -205,7 +205,6 @@ def _attention(translator, sentence: str, layer: int, kind: str):
     import torch
 
     from ..data import tokenizer as tok
-    from ..data.tokenizer import BOS, EOS
     from ..decoding.pieces import source_pieces
     from ..decoding.translate import translate_ids
     from ..model import max_length
@@ -221,11 +220,12 @@ def _attention(translator, sentence: str, layer: int, kind: str):
         )
     greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
     tokens = translate_ids(model, ids, greedy, device=device)[0][0].tokens
-    src_ids, tgt_in = [*ids[0], EOS], [BOS, *tokens]
+    _, bos, eos = model.specials  # the model's own (an imported Marian model's differ)
+    src_ids, tgt_in = [*ids[0], eos], [bos, *tokens]
     src, tgt = (torch.tensor([x], device=device) for x in (src_ids, tgt_in))
     self_w, cross_w = model.attention_weights(src, tgt)[layer - 1]
     weights = (cross_w if kind == "cross" else self_w)[0].float().cpu()
-    rows = _labels(tgt_tok, [*tokens, EOS])
+    rows = _labels(tgt_tok, [*tokens, eos])
     cols = _labels(src_tok, src_ids) if kind == "cross" else _labels(tgt_tok, tgt_in)
     return tok.decode(tgt_tok, [tokens])[0], weights, rows, cols
 

@@ -19,7 +19,6 @@ import torch.distributed as dist
 
 from ..config import TrainConfig
 from ..data.batches import map_batch
-from ..data.tokenizer import PAD
 from ..device import DTYPES, dtype_name, precision_for
 from ..errors import DoesNotFit, MtError, one_line
 from ..messages import say
@@ -80,7 +79,9 @@ def decide(
             dtype, why = DTYPES[measured], f"auto: {measured}, as measured when the run started"
         else:
             forwards = {name: forward_in(DTYPES[name]) for name in MEASURED}
-            done = measure_precision(forwards, batch, model, int((batch[2] != PAD).sum()))
+            done = measure_precision(
+                forwards, batch, model, int((batch[2] != model.cfg.pad_id).sum())
+            )
             choice = int(ranks.broadcast([float(MEASURED.index(dtype_name(done.dtype)))])[0])
             dtype, why, rates = DTYPES[MEASURED[choice]], done.why, done.rates
     forward = forward_in(dtype)

@@ -25,7 +25,6 @@ from ..config import Config, TrainConfig, check_training_stops
 from ..data.batches import Batch, Batches, map_batch
 from ..data.packing import row_length
 from ..data.prepare import dropout_epochs, inputs_of, prepare
-from ..data.tokenizer import EOS
 from ..errors import Unhealthy
 from ..messages import say
 from ..model import Transformer
@@ -90,6 +89,7 @@ class Trainer:
         self.ranks = Ranks(config.run.device)
         self.device, self.main = self.ranks.device, self.ranks.main
         self.checkpoints = Checkpoints(config, self.ranks)
+        finetune.adopt(config)  # a Marian model's shape and tokenizers become the run's
         resume = self.checkpoints.resume_point(restart)  # checked before anything is rebuilt
         init = finetune.init_file(config) if resume is None else None  # checked before writing
         self._prepare_data()
@@ -104,7 +104,8 @@ class Trainer:
         self.optimiser = Optimiser(self.model, t, self.device)
         self.state = TrainState()
         targets = self.data.splits["train"].tgt
-        self.unigram = health.unigram_entropy(targets, EOS) if t.health_checks else 0.0
+        eos = config.model.eos_id
+        self.unigram = health.unigram_entropy(targets, eos) if t.health_checks else 0.0
         if resume is not None:
             self.state = self.checkpoints.restore(resume, self.model, self.optimiser)
         elif self.main:  # a run started over: metrics of an earlier attempt are not its own
@@ -144,6 +145,7 @@ class Trainer:
             pin=self.device.type == "cuda",
             pack_length=self.state.pack_length,
             resegment=dropout_epochs(self.data, self.config),  # None without BPE-dropout
+            specials=self.model.specials,
         )
 
     def _decide_step(self, net: torch.nn.Module) -> Step:
@@ -154,7 +156,7 @@ class Trainer:
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         moments = 0 if self.optimiser.adamw.state else 2 * weights  # AdamW's, at its first step
         return decide(
-            lambda dtype: loss_sums(net, dtype, t, self.device),
+            lambda dtype: loss_sums(net, dtype, t, self.device, self.model.cfg.pad_id),
             batch,
             self.model,
             t,

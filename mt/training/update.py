@@ -13,7 +13,6 @@ import torch
 from ..config import TrainConfig
 from ..data.batches import Batch, map_batch
 from ..data.packing import PackedBatch
-from ..data.tokenizer import PAD
 from ..device import autocast, precision_for
 from .loss import smoothed_loss
 from .ranks import Ranks
@@ -31,7 +30,7 @@ class Update:
     # before clipping, where train.clip_norm is set; on the device: reading it waits for the GPU
     grad_norm: torch.Tensor | None = None
     overflow: bool = False  # fp16 gradients overflowed: the scaler skipped the update
-    padded: int = 0  # PAD cells among the `cells` of sources and labels
+    padded: int = 0  # padding cells among the `cells` of sources and labels
     cells: int = 0
 
     @property
@@ -57,15 +56,18 @@ def build_optimizer(model: torch.nn.Module, t: TrainConfig, device: torch.device
     )
 
 
-def loss_sums(net: torch.nn.Module, dtype: torch.dtype | None, t: TrainConfig, device) -> Forward:
+def loss_sums(
+    net: torch.nn.Module, dtype: torch.dtype | None, t: TrainConfig, device, pad: int
+) -> Forward:
     """What the update computes on a batch: the loss and NLL sums on the device, model and
-    loss under `dtype`'s autocast (None: float32); what `rehearsal.decide` may compile."""
+    loss under `dtype`'s autocast (None: float32), labels of id `pad` (the model's) not
+    counted; what `rehearsal.decide` may compile."""
 
     def forward(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         packed = batch if isinstance(batch, PackedBatch) else None
         with autocast(device, dtype):
             logits = net(batch[0], batch[1], packed)
-            return smoothed_loss(logits, batch[2], t.label_smoothing)
+            return smoothed_loss(logits, batch[2], t.label_smoothing, pad)
 
     return forward
 
@@ -102,6 +104,7 @@ class Updater:
     ) -> None:
         self.model, self.net, self.t, self.ranks = model, net, t, ranks
         self.device = ranks.device
+        self.pad = model.cfg.pad_id  # labels of this id are padding, not targets
         self.optimizer, self.scaler = optimiser.adamw, optimiser.scaler
         self.forward = forward
 
@@ -112,7 +115,7 @@ class Updater:
         skipped (a non-finite loss, fp16 gradients that overflowed) is decided on the device,
         where the fused optimiser skips its step, and the host reads its few numbers once,
         at the end, for the step count and the schedule."""
-        tokens = sum(int((batch[2] != PAD).sum()) for batch in batches)  # labels, on the host
+        tokens = sum(int((batch[2] != self.pad).sum()) for batch in batches)  # labels, on the host
         global_tokens = self._total_tokens(tokens)
         norm = global_tokens / self.ranks.world  # DDP averages gradients: per-token mean
         self.model.train()
@@ -131,7 +134,8 @@ class Updater:
             return Update(loss, nll, tokens, lr)
         if overflowed:  # the scaler skipped the step
             return Update(loss, nll, tokens, lr, grad_norm, overflow=True)
-        padded = sum(int((b[0] == PAD).sum() + (b[2] == PAD).sum()) for b in batches)
+        pad = self.pad
+        padded = sum(int((b[0] == pad).sum() + (b[2] == pad).sum()) for b in batches)
         cells = sum(b[0].numel() + b[2].numel() for b in batches)
         return Update(loss, nll, tokens, lr, grad_norm, False, padded, cells)
 

@@ -14,7 +14,6 @@ import torch
 from ..config import Config
 from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
-from ..data.tokenizer import PAD
 from ..decoding.pieces import fitted_pairs
 from ..decoding.scoring import teacher_forced
 from ..model import Transformer, max_length
@@ -69,8 +68,10 @@ def validation_loss(
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, NLL, tokens: read once
 
     def sums_of(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-        loss, nll = smoothed_loss(logits, tgt_out, epsilon)
-        return torch.stack((loss.double(), nll.double(), (tgt_out != PAD).sum().double()))
+        loss, nll = smoothed_loss(logits, tgt_out, epsilon, model.cfg.pad_id)
+        return torch.stack(
+            (loss.double(), nll.double(), (tgt_out != model.cfg.pad_id).sum().double())
+        )
 
     lengths = src_lengths, tgt_lengths
     for _, batch_sums in teacher_forced(model, split, lengths, max_tokens, device, sums_of):

@@ -1,0 +1,202 @@
+"""Write a checkpoint as a `transformers` MarianMT folder (`mt export --format hf`): what
+AutoModelForSeq2SeqLM, AutoTokenizer and pipeline("translation") load.
+
+The weights go out through mt.marian's name map. Our sinusoids interleave sin and cos where
+Marian puts them in halves (`model.positions`): the same frequencies, so a fixed permutation
+of the model dimension, applied to every tensor that reads or writes the residual stream
+(embeddings and output projection, LayerNorms, the projections in and out of attention and
+the feed-forward network), makes Marian's table ours exactly; an imported Marian model
+(positions: halves) goes out unpermuted. A permutation at export, not a layout key of our
+models, because Marian has no layout to choose: our own models keep their tables, and the
+weights are the same numbers reordered. The tokenizer goes out as `tokenizer.json` (our
+byte-level BPE, `</s>` appended by its post-processor) that AutoTokenizer loads as a fast
+tokenizer, for both sides: a joint vocabulary. A Marian model brought in goes back out with
+its own SentencePiece files. The generation config carries the run's beam and length
+penalty (transformers' L ** alpha, mt's decode.rules transformers) and forbids PAD and BOS,
+as our search does. What MarianMT cannot hold is refused in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import SPECIAL_TOKENS, Config
+from ..data.spm import SentencePieceTokenizer
+from ..decoding.ct2 import known_bleu
+from ..errors import ConfigError
+from ..files import atomic_path
+from ..marian import TOKENIZER_FILES, require_hf, weight_names
+
+ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "swish": "swish"}
+
+
+def unsupported(config: Config) -> str | None:
+    """Why MarianMT cannot hold a model of this config, or None if it can."""
+    m = config.model
+    if m.norm_first:
+        return "model.norm_first=true (MarianMT is post-norm)"
+    if not config.tokenizer.joint:
+        return "tokenizer.joint=false (separate vocabularies; export a joint-vocabulary run)"
+    if not m.share_embeddings:
+        return "model.share_embeddings=false (MarianMT ties embeddings and output projection)"
+    return None
+
+
+def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> Path:
+    """Write the MarianMT folder `out` atomically and return its path."""
+    from .. import checkpoint as ckpt
+
+    out = Path(out)
+    if out.exists() and not force:
+        raise ConfigError(f"{out}: already exists (pass --force to replace it)")
+    file = ckpt.resolve(checkpoint)
+    config = ckpt.read_config(file)
+    why = unsupported(config)
+    if why:
+        raise ConfigError(f"{file}: MarianMT cannot hold {why}")
+    require_hf()
+    loaded = ckpt.load(file)
+    model = marian_model(loaded.model, config)
+    with atomic_path(out) as tmp:
+        model.save_pretrained(tmp)
+        _save_tokenizer(loaded, config, tmp)
+        (tmp / "README.md").write_text(model_card(config, loaded.metadata), encoding="utf-8")
+    return out
+
+
+def marian_model(model: Any, config: Config) -> Any:
+    """A transformers MarianMTModel holding our Transformer's weights."""
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+    m, vocab = config.model, model.out.out_features
+    forbidden = sorted({m.pad_id, m.bos_id})
+    special_ids = {
+        "pad_token_id": m.pad_id,
+        "eos_token_id": m.eos_id,
+        "forced_eos_token_id": m.eos_id,
+        "decoder_start_token_id": m.bos_id,
+    }
+    marian = MarianMTModel(
+        MarianConfig(
+            vocab_size=vocab,
+            decoder_vocab_size=vocab,
+            d_model=m.d_model,
+            encoder_layers=m.encoder_layers,
+            decoder_layers=m.decoder_layers,
+            encoder_attention_heads=m.heads,
+            decoder_attention_heads=m.heads,
+            encoder_ffn_dim=m.d_ff,
+            decoder_ffn_dim=m.d_ff,
+            activation_function=ACTIVATION_NAMES[m.activation],
+            dropout=m.dropout,
+            attention_dropout=m.attention_dropout,
+            max_position_embeddings=m.max_positions,
+            scale_embedding=True,
+            share_encoder_decoder_embeddings=True,
+            tie_word_embeddings=True,
+            **special_ids,
+        )
+    )
+    missing, unexpected = marian.load_state_dict(marian_state(model), strict=False)
+    if unexpected or any("embed_positions" not in name for name in missing):  # a bug of ours
+        raise AssertionError(f"MarianMTModel's names: {missing} missing, {unexpected} unknown")
+    marian.tie_weights()
+    marian.generation_config = GenerationConfig(
+        num_beams=config.decode.beam,
+        length_penalty=config.decode.alpha,
+        max_length=m.max_positions,
+        bad_words_ids=[[i] for i in forbidden],
+        **special_ids,
+    )
+    return marian.eval()
+
+
+def marian_state(model: Any) -> dict[str, torch.Tensor]:
+    """Our state dict under Marian's names, the model dimension permuted to Marian's sinusoid
+    layout where ours interleaves (see the module's docstring)."""
+    cfg, state = model.cfg, model.state_dict()
+    if not cfg.logits_bias:
+        state["logits_bias"] = torch.zeros(model.out.out_features)
+    d = cfg.d_model
+    perm = None
+    if cfg.positions == "interleaved":  # Marian's column j is our column perm[j]
+        perm = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+    out = {}
+    for ours, theirs in weight_names(cfg).items():
+        tensor = _permuted(ours, state[ours].detach().float(), perm)
+        for name, part in zip(theirs, tensor.split(len(tensor) // len(theirs))):
+            out[name] = part.clone()
+    out["final_logits_bias"] = out["final_logits_bias"].view(1, -1)
+    for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+        out[name] = out["model.shared.weight"]
+    out["lm_head.weight"] = out["model.shared.weight"]
+    return out
+
+
+def _permuted(name: str, tensor: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
+    # which of the tensor's dimensions is the residual stream's, by what the parameter does
+    if perm is None or name == "logits_bias":
+        return tensor
+    writes = any(k in name for k in (".out.", ".ff.2.", ".norms."))
+    if name.endswith("embed.weight") or (not writes and name.endswith(".weight")):
+        return tensor[:, perm]  # reads the stream (embeddings: their rows are added to it)
+    return tensor[perm] if writes else tensor  # writes it; a reading layer's bias: its own
+
+
+def _save_tokenizer(loaded: Any, config: Config, folder: Path) -> None:
+    from transformers import MarianTokenizer, PreTrainedTokenizerFast
+
+    src, tgt = loaded.src_tokenizer, loaded.tgt_tokenizer
+    if isinstance(src, SentencePieceTokenizer):  # a Marian model's own files, back out
+        (folder / "source.spm").write_bytes(src.protos[0])
+        (folder / "target.spm").write_bytes(tgt.protos[0])
+        (folder / "vocab.json").write_text(json.dumps(src.vocab), encoding="utf-8")
+        files = [str(folder / name) for name in TOKENIZER_FILES]
+        lang = {"source_lang": config.data.src_lang, "target_lang": config.data.tgt_lang}
+        MarianTokenizer(*files, **src.specials_as_tokens(), **lang).save_pretrained(folder)
+        return
+    pad, bos, eos, unk = SPECIAL_TOKENS  # the ids 0..3 of every vocabulary mt learns
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=src,
+        pad_token=pad,
+        bos_token=bos,
+        eos_token=eos,
+        unk_token=unk,
+        model_max_length=config.model.max_positions - 1,
+        clean_up_tokenization_spaces=False,
+    )
+    fast.save_pretrained(folder)
+
+
+def model_card(config: Config, metadata: dict[str, str]) -> str:
+    """README.md in the Hub's format: languages, data, metrics, how to use."""
+    src, tgt = config.data.src_lang, config.data.tgt_lang
+    bleu = known_bleu(metadata)
+    data = config.data.files.train or [f"{config.data.name} ({config.data.subset})"]
+    metrics = (
+        f"model-index:\n- name: mt-{src}-{tgt}\n  results:\n  - task:\n"
+        f"      type: translation\n    metrics:\n    - type: bleu\n      value: {bleu:.2f}\n"
+        f"      name: validation BLEU (sacreBLEU)\n"
+        if bleu is not None
+        else ""
+    )
+    m = config.model
+    return (
+        f"---\nlanguage:\n- {src}\n- {tgt}\ntags:\n- translation\n- marian\n- mt\n"
+        f"pipeline_tag: translation\nlibrary_name: transformers\n{metrics}---\n\n"
+        f"# {src}→{tgt} Transformer trained with mt\n\n"
+        f"A post-norm Transformer ({m.encoder_layers}+{m.decoder_layers} layers, d_model "
+        f"{m.d_model}, {m.heads} heads, d_ff {m.d_ff}, {m.activation}) trained with `mt` "
+        f"for {metadata.get('step', '?')} updates and exported as a MarianMT model.\n\n"
+        f"- Training data: {json.dumps(data)}\n"
+        f"- Validation BLEU: {'n/a' if bleu is None else f'{bleu:.2f}'}\n"
+        f"- Decoding: beam {config.decode.beam}, length penalty {config.decode.alpha} "
+        "(generation_config.json)\n\n"
+        "## How to use\n\n```python\nfrom transformers import pipeline\n\n"
+        'translate = pipeline("translation", model="THIS_FOLDER_OR_HUB_ID")\n'
+        f'print(translate("Hello, world.")[0]["translation_text"])\n```\n'
+    )
