@@ -167,25 +167,15 @@ def translate_command(
     documents = input_documents(texts, file, fmt, out)
     if documents and (nbest or 1) > 1:
         raise ConfigError("--nbest: a document gets one translation (--nbest 1)")
+    if documents and (prefix or constraints or glossary):
+        raise ConfigError("--prefix, --constraints and --glossary are for text, not documents")
+    first, *others = checkpoint or [None]
+    options = dict(beam=beam, nbest=nbest, batch_tokens=batch_tokens, seed=seed)
+    translator = _open(first, config, set_, device, engine, threads, others, **options)
     if documents:
-        translator = _open(checkpoint, config, set_, device, engine, threads, beam=beam)
         write_documents(translator, documents, out)
         return
     lines, interactive = _input_lines(texts, file)
-    first, *others = checkpoint or [None]
-    translator = _open(
-        first,
-        config,
-        set_,
-        device,
-        engine,
-        threads,
-        others,
-        beam=beam,
-        nbest=nbest,
-        batch_tokens=batch_tokens,
-        seed=seed,
-    )
     steer = (prefix, constraints, glossary)
     if not interactive:
         _print_translations(translator, lines, split_sentences, *steer)

@@ -14,18 +14,22 @@ def input_documents(texts: list[str] | None, file: str | None, fmt: str, out: st
     """The documents to translate, (name, Document) each, read before the model loads: a
     --file of a markup format or --format html; none for plain text."""
     from ..data.corpus import read_lines
-    from ..formats import read_document, read_markup
+    from ..formats import FILE_FORMATS, read_document, read_markup
+
+    documents = set(FILE_FORMATS) - {".txt"}  # any other --file is plain text, a line a
+    # text (test.en, mono.es ...), but for the document formats it does not read
+    documents |= {".pdf", ".doc", ".rtf", ".epub", ".odp", ".ods", ".ppt", ".pptx", ".xls", ".xlsx"}
 
     if fmt not in ("text", "html"):
         raise ConfigError(f"--format {fmt}: expected text or html")
     suffix = Path(file).suffix.lower() if file and file != "-" else ""
-    if fmt == "text" and suffix in ("", ".txt"):
+    if fmt == "text" and suffix not in documents:
         if out:
             raise ConfigError("--out is for documents: a --file .html, .docx, .odt or .srt")
         return []
     if texts and file:
         raise ConfigError("give sentences as arguments or --file, not both")
-    if file and suffix not in ("", ".txt"):
+    if file and suffix in documents:
         if not Path(file).is_file():
             raise ConfigError(f"--file {file}: no such file")
         document = read_document(file, Path(file).read_bytes())  # a format it reads
