@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
-from .config import Config, DecodeConfig, _describe, check_config
+from .config import Config, DecodeConfig
+from .config_checks import _describe, check_config
 from .errors import ConfigError, one_line
 
 PACKAGED_CONFIGS = Path(__file__).parent / "configs"

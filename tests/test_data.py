@@ -30,7 +30,8 @@ from mt.data import corpus as corpus_module
 from mt.data import tokenizer as tok
 from mt.data.batches import Batches, Position, collate, token_batches
 from mt.data.corpus import load_raw, normalize, read_pairs_jsonl
-from mt.data.prepare import _length_filter, prepare
+from mt.data.encode import length_filter
+from mt.data.prepare import prepare
 from mt.data.scan import clean, dedup, source_key
 from mt.data.store import Split, open_split
 from mt.data.tokenizer import SPECIAL_TOKENS
@@ -262,7 +263,7 @@ def test_length_filter_counts():
     src = np.array([3, 10, 4, 1, 2, 6, 0])
     tgt = np.array([3, 4, 11, 4, 8, 2, 1])
     drops: dict[str, int] = {}
-    keep = _length_filter(src, tgt, max_length=10, max_ratio=3.0, drops=drops)
+    keep = length_filter(src, tgt, max_length=10, max_ratio=3.0, drops=drops)
     # 10/4 = 2.5 kept; 11 too long; 4/1 = 4 and 8/2 = 4 ratio; 6/2 = 3 kept; 0 vs 1 kept
     assert np.flatnonzero(keep).tolist() == [0, 1, 5, 6]
     assert drops == {"too_long": 1, "ratio": 2}

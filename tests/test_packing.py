@@ -16,7 +16,8 @@ from conftest import (
 from torch._dynamo.testing import CompileCounter
 
 import mt.model
-from mt.config import Config, check_config
+from mt.config import Config
+from mt.config_checks import check_config
 from mt.config_file import apply_override
 from mt.data.batches import collate
 from mt.data.packing import collate_packed, pack_rows, row_length

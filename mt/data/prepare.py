@@ -56,14 +56,13 @@ from .corpus import (
     normalize,
     read_pairs_jsonl,
 )
+from .encode import encode_chunk, store_dtype, write_held_out
 from .old_corpus import Base, old_corpus
 from .scan import (
     DUPLICATE,
     HELD_OUT,
     SAMPLED,
-    TEST,
     TRAIN,
-    VALID,
     clean,
     decide,
     held_out_ranges,
@@ -71,8 +70,8 @@ from .scan import (
     sample,
     scan,
 )
-from .store import Sentences, Split, SplitWriter, open_split, token_dtype
-from .workers import Meter, worker_tokenizers, workers
+from .store import Sentences, Split, SplitWriter, open_split
+from .workers import Meter, workers
 
 CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
 
@@ -232,7 +231,7 @@ def _build(
     _check_unchanged(watched)
     held = {**cut_pairs, **held}
     store = {"train": layout}
-    store.update({n: _write_held_out(folder, n, held[n], tokenizers) for n in HELD_OUT})
+    store.update({n: write_held_out(folder, n, held[n], tokenizers) for n in HELD_OUT})
     stats = _stats(fp, store, drops, held, tokenizers)
     return {"fingerprint": fp, "stats": stats, "store": store, "corpora": sizes}, tokenizers
 
@@ -286,7 +285,7 @@ def _encode(
     """Pass 3, in `data.workers` processes: train encoded into the store, filtered by
     language (data.filter_language), length and ratio; its layout, each corpus's (pairs,
     weight), and the held-out pairs cut."""
-    writer = SplitWriter(folder, "train", _store_dtype(tokenizers))
+    writer = SplitWriter(folder, "train", store_dtype(tokenizers))
     held: dict[str, list[Pair]] = {name: [] for name in HELD_OUT}
     sizes = [[0, corpus.weight] for corpus in train]
     meter = Meter("encode", len(codes))
@@ -296,7 +295,7 @@ def _encode(
     limits = data.max_length, data.max_ratio, languages
     with workers(data.workers, tokenizers) as run:
         work = ((chunk, part, *limits, i) for i, chunk, part in _coded(train, codes, raw))
-        for out in run(_encode_chunk, work):
+        for out in run(encode_chunk, work):
             writer.append(out["train"])
             sizes[out["corpus"]][0] += len(out["train"]["src"][1])
             for key in counted:
@@ -333,75 +332,6 @@ def _check_unchanged(watched: dict[str, list[Any]]) -> None:
     for file, seen in watched.items():
         if _file_id(file) != seen:
             raise InputError(f"data.files: {file}: {_CHANGED}")
-
-
-def _encode_chunk(
-    chunk: Chunk,
-    codes: np.ndarray,
-    max_length: int,
-    max_ratio: float,
-    languages: tuple[str, str] | None,
-    corpus: int,
-) -> dict[str, Any]:
-    """A chunk's training pairs filtered by language (given `languages`), encoded (flat ids
-    and lengths a side), filtered by length and ratio; its held-out pairs as text."""
-    picked = {code: np.flatnonzero(codes == code).tolist() for code in (VALID, TEST)}
-    train = np.flatnonzero((codes == TRAIN) | (codes == SAMPLED)).tolist()
-    texts = [[normalize(side[i]) for i in train] for side in chunk]
-    drops: dict[str, int] = {}
-    if languages:
-        verdict = language.filter_pairs(*texts, languages)
-        drops["language"] = int(np.count_nonzero(verdict == language.WRONG_LANGUAGE))
-        drops["copy"] = int(np.count_nonzero(verdict == language.COPY))
-        kept = (verdict == language.KEPT).tolist()
-        texts = [[text for text, keep in zip(side, kept) if keep] for side in texts]
-    sides = [_flat(tok.encode(t, side)) for t, side in zip(worker_tokenizers(), texts)]
-    keep = np.flatnonzero(_length_filter(sides[0][1], sides[1][1], max_length, max_ratio, drops))
-    out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops, "train": {}}
-    for name, (flat, lengths) in zip(("src", "tgt"), sides):
-        out["train"][name] = Sentences(flat, np.concatenate(([0], np.cumsum(lengths)))).take(keep)
-    for name, code in HELD_OUT.items():
-        out[name] = [(normalize(chunk[0][i]), normalize(chunk[1][i])) for i in picked[code]]
-    return out
-
-
-def _flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded sentences (`tokenizers` gives lists) as one int32 array and their lengths."""
-    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-    return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
-
-
-def _store_dtype(tokenizers: tuple[Tokenizer, Tokenizer]) -> np.dtype:
-    return token_dtype(max(t.get_vocab_size() for t in tokenizers))
-
-
-def _length_filter(
-    src_len: np.ndarray, tgt_len: np.ndarray, max_length: int, max_ratio: float, drops: dict
-) -> np.ndarray:
-    """Which pairs are within the length and ratio limits; the rest are counted in drops."""
-    too_long = (src_len > max_length) | (tgt_len > max_length)
-    ratio = np.maximum(src_len, tgt_len) / np.maximum(np.minimum(src_len, tgt_len), 1)
-    bad_ratio = ~too_long & (ratio > max_ratio)
-    drops["too_long"] = int(too_long.sum())
-    drops["ratio"] = int(bad_ratio.sum())
-    return ~(too_long | bad_ratio)
-
-
-def _write_held_out(
-    folder: Path, name: str, pairs: list[Pair], tokenizers: tuple[Tokenizer, Tokenizer]
-) -> dict[str, Any]:
-    """A held-out split (small): its ids into the store, its text beside."""
-    writer = SplitWriter(folder, name, _store_dtype(tokenizers))
-    sides = {}
-    for side, tokenizer, texts in zip(
-        ("src", "tgt"), tokenizers, zip(*pairs) if pairs else ([], [])
-    ):
-        sides[side] = _flat(tok.encode(tokenizer, texts))
-    writer.append(sides)
-    with open(held_out_text(folder, name), "w", encoding="utf-8") as f:
-        for src, tgt in pairs:
-            f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
-    return writer.close()
 
 
 def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split] | None:

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from ..config import Config, TrainConfig, check_training_stops
+from ..config import Config, TrainConfig
+from ..config_checks import check_training_stops
 from ..data.batches import Batch, Batches, map_batch
 from ..data.packing import row_length
 from ..data.prepare import dropout_epochs, inputs_of, prepare

@@ -1,0 +1,105 @@
+"""The commands that put a model to work elsewhere: `mt export` (CTranslate2, Hugging Face)
+and `mt serve` (an HTTP API and a web page)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Annotated
+
+import typer
+
+from ..messages import say
+from ..serve.batcher import (
+    Settings as ServeSettings,  # its defaults are the options'; no server deps
+)
+from .app import app
+from .decoding import (
+    DecodeConfigOption,
+    DecodeSetOption,
+    DeviceOption,
+    EngineOption,
+    ThreadsOption,
+    _open,
+)
+
+
+@app.command(name="export")
+def export_command(
+    checkpoint: Annotated[
+        str, typer.Argument(help="Run folder (its best, else last), checkpoint folder or file.")
+    ],
+    out: Annotated[str, typer.Option(help="The folder to write.")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="ctranslate2, or hf (a transformers MarianMT folder).")
+    ] = "ctranslate2",
+    quantization: Annotated[
+        str, typer.Option(help="int8, int8_float32, bfloat16, float16 or float32.")
+    ] = "float32",
+    force: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
+) -> None:
+    r"""Export a checkpoint (or mt average's output) for serving with CTranslate2, or as a
+    transformers MarianMT folder (--format hf).
+
+    The CT2 folder holds the CT2 model, the tokenizers and mt.json; mt translate and mt
+    evaluate accept it. Needs ctranslate2: pip install 'mt\[export]'. The hf folder loads with
+    AutoModelForSeq2SeqLM, AutoTokenizer and pipeline("translation"); mt opens it too. Needs
+    pip install 'mt\[hf]'.
+    """
+    from ..converters.ctranslate2 import export
+    from ..converters.marian import export_hf
+
+    command = shlex.join(["mt", *sys.argv[1:]])
+    if fmt == "hf":
+        say(f"wrote {export_hf(checkpoint, out, force)}")
+        return
+    say(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}")
+
+
+# The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.
+
+
+MaxCharsOption = Annotated[int, typer.Option(help="Characters a text may have (413 beyond).")]
+MaxTextsOption = Annotated[int, typer.Option(help="Texts a request may hold (413 beyond).")]
+MaxRequestsOption = Annotated[
+    int, typer.Option(help="Requests waiting or decoding at once (503 beyond).")
+]
+BatchTextsOption = Annotated[
+    int, typer.Option(help="Texts of concurrent requests one decoder batch gathers at most.")
+]
+BatchWaitOption = Annotated[
+    float, typer.Option(help="How long a batch waits for more requests after its first.")
+]
+
+
+@app.command(name="serve")
+def serve_command(
+    checkpoint: Annotated[
+        str | None,
+        typer.Argument(
+            help="Run folder, checkpoint folder or file, or a folder from mt export. "
+            "Default: the newest run under ./runs."
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one.")] = 8000,
+    config: DecodeConfigOption = None,
+    set_: DecodeSetOption = None,
+    device: DeviceOption = "auto",
+    engine: EngineOption = "auto",
+    threads: ThreadsOption = 0,
+    max_chars: MaxCharsOption = ServeSettings.max_chars,
+    max_texts: MaxTextsOption = ServeSettings.max_texts,
+    max_requests: MaxRequestsOption = ServeSettings.max_requests,
+    batch_texts: BatchTextsOption = ServeSettings.batch_texts,
+    batch_wait_ms: BatchWaitOption = ServeSettings.batch_wait_ms,
+) -> None:
+    r"""Serve translations over HTTP: LibreTranslate's JSON API and a page.
+
+    Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
+    and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'.
+    """
+    from ..serve.app import run
+
+    settings = ServeSettings(max_chars, max_texts, max_requests, batch_texts, batch_wait_ms)
+    run(lambda: _open(checkpoint, config, set_, device, engine, threads), settings, host, port)
