@@ -41,7 +41,7 @@ def encode_chunk(
         drops["copy"] = int(np.count_nonzero(verdict == language.COPY))
         kept = (verdict == language.KEPT).tolist()
         texts = [[text for text, keep in zip(side, kept) if keep] for side in texts]
-    sides = [flat(tok.encode(t, side)) for t, side in zip(worker_tokenizers(), texts)]
+    sides = [flat_ids(tok.encode(t, side)) for t, side in zip(worker_tokenizers(), texts)]
     keep = np.flatnonzero(length_filter(sides[0][1], sides[1][1], max_length, max_ratio, drops))
     out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops, "train": {}}
     for name, (flat, lengths) in zip(("src", "tgt"), sides):
@@ -51,7 +51,7 @@ def encode_chunk(
     return out
 
 
-def flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+def flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Encoded sentences (`tokenizers` gives lists) as one int32 array and their lengths."""
     lengths = np.fromiter(map(len, ids), np.int64, len(ids))
     return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
@@ -82,7 +82,7 @@ def write_held_out(
     for side, tokenizer, texts in zip(
         ("src", "tgt"), tokenizers, zip(*pairs) if pairs else ([], [])
     ):
-        sides[side] = flat(tok.encode(tokenizer, texts))
+        sides[side] = flat_ids(tok.encode(tokenizer, texts))
     writer.append(sides)
     with open(held_out_text(folder, name), "w", encoding="utf-8") as f:
         for src, tgt in pairs:
