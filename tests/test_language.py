@@ -74,6 +74,9 @@ def test_the_filter_drops_copies_and_sides_in_the_other_language():
     english_target = language.filter_pairs([ENGLISH], ["I want to go home now."], ("en", "es"))
     spanish_source = language.filter_pairs([SPANISH], ["I want to go home now."], ("en", "es"))
     assert english_target.tolist() == spanish_source.tolist() == [language.WRONG_LANGUAGE]
+    # a back-translation corpus's tag before its sources is not their text
+    tagged = [f"<bt> {s}" for s in src]
+    assert language.filter_pairs(tagged, tgt, ("en", "es")).tolist() == want
 
 
 def test_prepare_drops_and_counts_them_and_the_key_is_in_the_fingerprint(cli, tmp_path):

@@ -23,9 +23,10 @@ def prepare(
 ) -> None:
     """Load, clean and split the corpus, learn the tokenizers, encode and cache everything."""
     from ..data.prepare import prepare as run_prepare
-    from ..training.finetune import base
+    from ..training.finetune import adopt, base
 
     cfg = _config(config, set_)
+    adopt(cfg)  # train.init a Marian model: its sections are the run's, as `mt train` takes them
     prepared = run_prepare(cfg, rebuild=rebuild, base=base)
     stats = dict(prepared.stats, reused_cache=prepared.reused, run_dir=cfg.run.dir)
     if prepared.reused:

@@ -31,6 +31,9 @@ KEPT, WRONG_LANGUAGE, COPY = range(3)  # what the filter says of a pair
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")
 
 
+TAG = re.compile(r"^<\w+> ")  # a training corpus's tag before each source (data.files.train)
+
+
 def _model():
     try:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier
@@ -92,6 +95,7 @@ def filter_pairs(src: Sequence[str], tgt: Sequence[str], languages: tuple[str, s
     case and spacing aside) or WRONG_LANGUAGE (a side identified as the other language with
     CONFIDENT confidence or more)."""
     ident = identifier(languages)
+    src = [TAG.sub("", text, count=1) for text in src]  # a corpus's tag is not its text
     verdict = np.full(len(src), KEPT, np.uint8)
     for texts, want in zip((src, tgt), languages):
         found, confidence = ident.best(texts)

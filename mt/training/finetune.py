@@ -20,7 +20,7 @@ from .. import checkpoint
 from ..config import Config
 from ..config_file import diff_configs
 from ..data.old_corpus import Base
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from ..files import atomic_write_text
 from ..marian import marian_config, marian_folder
 from ..run_folder import INIT
@@ -44,8 +44,8 @@ def init_file(config: Config) -> Path | None:
         file = checkpoint.resolve(config.train.init)
         trained = checkpoint.read_config(file)
         checkpoint.read_tokenizers(file)
-    except ConfigError as e:
-        raise ConfigError(f"train.init: {e}") from None
+    except (ConfigError, InputError) as e:
+        raise type(e)(f"train.init: {e}") from None
     sections = ("model", "tokenizer")
     theirs, ours = (
         {name: dataclasses.asdict(getattr(c, name)) for name in sections} for c in (trained, config)
@@ -92,6 +92,8 @@ def base(config: Config) -> Base | None:
     file = init_file(config)  # checked, its errors named train.init
     if file is None:
         return None
+    if config.train.old_share and marian_folder(config.train.init):
+        raise ConfigError("train.old_share: a Marian model's training corpus is not known")
     return Base(checkpoint.read_tokenizers(file), checkpoint.read_config(file).data)
 
 

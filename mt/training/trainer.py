@@ -306,7 +306,8 @@ class Trainer:
         bleu, nll, shuffled = self.ranks.broadcast(mine)
         warmup = warmup_updates(self.config, state.horizon.at)
         self.checks.validated(state.step, nll, shuffled, bleu, warmup)
-        if state.validated(bleu):  # the best so far
+        best = state.validated(bleu)  # the best BLEU so far
+        if best and not self.checks.diverged:  # a run stopped as diverged keeps its last
             self.checkpoints.best(self._save())  # on every rank: a save gathers generators
         self.patience_out = state.out_of_patience(t.patience)
 
