@@ -169,7 +169,7 @@ def translate_command(
     options = dict(beam=beam, nbest=nbest, batch_tokens=batch_tokens, seed=seed)
     translator = _open(first, config, set_, device, engine, threads, others, **options)
     if documents:
-        write_documents(translator, documents, out)
+        write_documents(translator, documents, out, split_sentences)
         return
     lines, interactive = _input_lines(texts, file)
     steer = (prefix, constraints, glossary)
@@ -296,36 +296,27 @@ def evaluate_command(
 
     tests = significance.parse_tests(paired)
 
-    translator = _open(
-        checkpoint,
-        config,
-        set_,
-        device,
-        engine,
-        threads,
-        ensemble,
-        beam=beam,
-        batch_tokens=batch_tokens,
-        seed=seed,
-    )
+    options = dict(beam=beam, batch_tokens=batch_tokens, seed=seed)
+    translator = _open(checkpoint, config, set_, device, engine, threads, ensemble, **options)
     # an exported folder evaluates on the split of the run it was exported from
     found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
     given = significance.read_hypotheses(hyp or [], len(found[1]))
     terms = terms_of(found[1], constraints, glossary)
-    result, hypotheses = evaluate(
-        translator,
-        *found,
-        lambda texts: translate_texts(translator, texts, split=split_sentences, progress=True),
-        terms,
-    )
+
+    def texts_of(system):  # every system decodes as the first: split into sentences or not
+        return lambda texts: translate_texts(system, texts, split=split_sentences, progress=True)
+
+    result, hypotheses = evaluate(translator, *found, texts_of(translator), terms)
     if out:
         atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
     if system or hyp:
         others = [
-            (path, _open(path, config, set_, device, engine, threads, beam=beam, seed=seed))
+            (path, _open(path, config, set_, device, engine, threads, **options))
             for path in system or []
         ]
-        decoded = [(path, evaluate(other, *found, terms)[1]) for path, other in others]
+        decoded = [
+            (path, evaluate(other, *found, texts_of(other), terms)[1]) for path, other in others
+        ]
         systems = [(checkpoint, hypotheses), *decoded, *given]
         result["systems"] = significance.paired_tests(systems, found[2], tests)
     if as_json:

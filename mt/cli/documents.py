@@ -48,20 +48,21 @@ def input_documents(texts: list[str] | None, file: str | None, fmt: str, out: st
     ]
 
 
-def plain_translate(translator):
+def plain_translate(translator, split: bool = True):
     """The translate function documents are given: each text's best translation, its
-    sentences and layout kept (mt.text), all of them decoded in the usual batches."""
+    sentences (`split`: cut into sentences) and layout kept (mt.text), all of them decoded in
+    the usual batches."""
     from ..text import translate_texts
 
-    return lambda texts: translate_texts(translator, texts)
+    return lambda texts: translate_texts(translator, texts, split=split)
 
 
-def write_documents(translator, documents: list, out: str | None) -> None:
+def write_documents(translator, documents: list, out: str | None, split: bool = True) -> None:
     """Each document translated, written to --out or printed."""
     from ..files import atomic_path
     from ..formats import translate_documents
 
-    written = translate_documents([doc for _, doc in documents], plain_translate(translator))
+    written = translate_documents([doc for _, doc in documents], plain_translate(translator, split))
     if out:
         with atomic_path(Path(out)) as tmp:
             tmp.write_bytes(written[0])

@@ -236,3 +236,12 @@ class BpeDropout:
             words = np.where(np.arange(rows.shape[1]) > best[:, None], shifted, words)
             words[np.arange(len(words)), best] = merged
             rows[active] = words
+
+
+WORD_MARKS = ("\u0120", "\u2581")  # a token that starts a word: byte-level "Ġ", SentencePiece "▁"
+
+
+def starts_word(tokenizer: Tokenizer, i: int) -> bool:
+    """Whether token `i` begins a word, as its own string says (a decoded single token
+    loses SentencePiece's leading space)."""
+    return (tokenizer.id_to_token(i) or "").startswith(WORD_MARKS)

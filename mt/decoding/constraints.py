@@ -118,7 +118,9 @@ def encode_constraints(
     found: list[Constraints | None] = []
     pieces = tokenizer.decode_batch([[i] for i in range(tokenizer.get_vocab_size())])
     word_final = frozenset(i for i, p in enumerate(pieces) if p[-1:].isalnum())
-    space_initial = frozenset(i for i, p in enumerate(pieces) if p[:1].isspace())
+    space_initial = frozenset(
+        i for i, p in enumerate(pieces) if p[:1].isspace() or tok.starts_word(tokenizer, i)
+    )
     for number, (words, limit) in enumerate(zip(terms, limits), start=1):
         variants = []
         for word in dict.fromkeys(words):  # a term twice is one term

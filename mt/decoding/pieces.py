@@ -10,7 +10,6 @@ and only then a window between two words; among the equal, the one nearest an ev
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -88,9 +87,10 @@ def strengths(tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:
     if len(ids) <= 1:
         return [0] * len(ids)
     tokens = [tok.decode(tokenizer, [[i]])[0] for i in ids]
+    words = [after[:1].isspace() or tok.starts_word(tokenizer, i) for after, i in zip(tokens, ids)]
     return [0] + [
-        BREAK_STRENGTH.get(before.rstrip()[-1:], 0) or (WORD_START if after[:1].isspace() else 0)
-        for before, after in itertools.pairwise(tokens)
+        BREAK_STRENGTH.get(before.rstrip()[-1:], 0) or (WORD_START if word else 0)
+        for before, word in zip(tokens, words[1:])
     ]
 
 

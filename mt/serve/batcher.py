@@ -50,6 +50,12 @@ class Settings:
         escaped as JSON at worst (6 bytes: \\uXXXX), and room for the other fields."""
         return self.max_texts * (self.max_chars * 6 + 8) + 4096
 
+    @property
+    def max_file_chars(self) -> int:
+        """Characters of text a /translate_file document may hold: as many as its body may
+        have bytes (a .docx or .odt is a zip, whose text can be far larger than itself)."""
+        return self.max_body
+
 
 class BadRequest(Exception):
     """A request the server refuses: its HTTP status and a one-line reason."""

@@ -97,6 +97,8 @@ def parse_glossary(fields: dict[str, Any], texts: list[str]) -> list[list[str]] 
         )
     folded: dict[str, str] = {}
     for source, target in glossary.items():
+        if not source.strip() or not target.strip():
+            raise BadRequest(400, f"glossary: {source!r}: {target!r}: an empty term")
         if folded.setdefault(source.lower(), target) != target:
             raise BadRequest(400, f"glossary: conflicting constraints for {source!r}")
     return glossary_terms(folded, texts)
@@ -112,7 +114,7 @@ def check_languages(fields: dict[str, Any], source: str, target: str) -> None:
 
 def _integer(fields: dict[str, Any], key: str, default: int, low: int, high: int, form: bool):
     value = fields.get(key, default)
-    if form and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if form and isinstance(value, str) and value.strip().lstrip("-").isdecimal():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise BadRequest(400, f"{key}: expected an integer, got {_kind(value)}")
@@ -199,10 +201,15 @@ async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any],
         return {k: v[0] if len(v) == 1 else v for k, v in pairs.items()}, True
     try:
         fields = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BadRequest(400, f"body is not valid JSON: {e}") from None
+        json.dumps(fields, ensure_ascii=False).encode("utf-8")  # no unpaired surrogate in it
     except RecursionError:
         raise BadRequest(400, "body is not valid JSON: nested too deeply") from None
+    except UnicodeEncodeError:
+        raise BadRequest(
+            400, "body is not valid JSON: an unpaired surrogate (\\ud800...)"
+        ) from None
+    except ValueError as e:  # JSONDecodeError, and an integer of too many digits
+        raise BadRequest(400, f"body is not valid JSON: {e}") from None
     if not isinstance(fields, dict):
         raise BadRequest(400, f"body: expected a JSON object, got {_kind(fields)}")
     return fields, False
@@ -235,6 +242,9 @@ async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, 
         raise BadRequest(400, str(e)) from None
     for number, block in enumerate(document.blocks, start=1):
         check_length(block.source, settings, f"{filename}: {document.unit} {number}")
+    total, most = sum(len(block.source) for block in document.blocks), settings.max_file_chars
+    if total > most:
+        raise BadRequest(413, f"{filename}: {total:,} characters of text, at most {most:,}")
     return name, document
 
 

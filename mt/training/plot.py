@@ -218,7 +218,7 @@ def _attention(translator, sentence: str, layer: int, kind: str):
             f"the sentence is longer than the {max_length(model.cfg)} tokens the model's "
             "positions hold: its attention cannot be drawn whole; shorten it"
         )
-    greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
+    greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1, sampling=False)
     tokens = translate_ids(model, ids, greedy, device=device)[0][0].tokens
     _, bos, eos = model.specials  # the model's own (an imported Marian model's differ)
     src_ids, tgt_in = [*ids[0], eos], [bos, *tokens]

@@ -36,7 +36,7 @@ def validation_record(
     subset = validation_subset(len(valid), t.eval_sentences, config.run.seed)
     sources = [valid.src_text[i] for i in subset]
     references = [valid.tgt_text[i] for i in subset]
-    greedy = dataclasses.replace(config.decode, beam=1, nbest=1)  # quick
+    greedy = dataclasses.replace(config.decode, beam=1, nbest=1, sampling=False)  # quick
     tokenizers = data.src_tokenizer, data.tgt_tokenizer
     found = translate_nbest(model, *tokenizers, sources, greedy, device=device)
     hypotheses = [hyps[0][0] for hyps in found]
