@@ -58,7 +58,8 @@ def test_a_glossary_puts_its_terms_in_the_translations(server):  # noqa: F811
         (["music", "música"], "glossary: expected an object of source terms to target terms"),
         ({"music": 3}, "glossary: expected an object"),
         ({"music": "música", "Music": "canción"}, "glossary: conflicting constraints for 'Music'"),
-        ({"music": " "}, "text 1: constraint ' ' tokenizes to nothing"),
+        ({"music": " "}, "glossary: 'music': ' ': an empty term"),
+        ({"": "música"}, "glossary: '': 'música': an empty term"),
         ({"music": "muy " * 80}, "text 1: its constraints need"),
     ],
 )
