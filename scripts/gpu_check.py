@@ -127,8 +127,11 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
     vocab = trainer.data.tgt_tokenizer.get_vocab_size()
     ends, tokens, flops, syncs = [], [], [], []
 
-    def timed(update, batches):
-        """After each update, which ends with its numbers read by the host: the GPU is done."""
+    update = trainer.updater
+
+    def timed(batches, lr):
+        """Each update, which ends with its numbers read by the host: the GPU is then done."""
+        result = update(batches, lr)
         ends.append(time.perf_counter())
         src, tgt = (np.concatenate(x) for x in zip(*map(pair_lengths, batches)))
         tokens.append(int(tgt.sum()))
@@ -136,8 +139,9 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
         if cuda and len(ends) in (WARMUP, WARMUP + SYNC_UPDATES):  # whole updates, from end
             syncs.append(len(caught))  # to end, with the loop around them
             torch.cuda.set_sync_debug_mode("warn" if len(ends) == WARMUP else "default")
+        return result
 
-    trainer.on_update.append(timed)
+    trainer.updater = timed
     began = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:  # every thread's warnings
         warnings.simplefilter("always")

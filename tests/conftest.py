@@ -38,10 +38,12 @@ from mt import checkpoint  # noqa: E402
 from mt.cli import app, main  # noqa: E402
 from mt.config import Config, ModelConfig  # noqa: E402
 from mt.config_file import load_config  # noqa: E402
+from mt.data.batches import Batches  # noqa: E402
 from mt.data.packing import PackedBatch, collate_packed, pack_rows  # noqa: E402
 from mt.data.store import Split  # noqa: E402
 from mt.data.tokenizer import BOS, EOS, PAD  # noqa: E402
 from mt.model import Transformer  # noqa: E402
+from mt.training.trainer import Trainer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(
@@ -549,3 +551,24 @@ def marian_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not TATOEBA_TRAIN.is_file():
         pytest.skip(f"shared data not found in {SHARED}")
     return build_marian(tmp_path_factory.mktemp("marian") / "small")
+
+
+def epoch_plan(batches: Batches, epoch: int) -> list:
+    """All of a rank's batches of `epoch` (sentence indices, or packed `Rows`), found as
+    training finds them: the same for every (seed, epoch)."""
+    plan: list = []
+    while (found := batches._locate(epoch, len(plan))) is not None:
+        plan.append(found[1])
+    return plan
+
+
+def after_each_update(trainer: Trainer, hook: Callable) -> None:
+    """Calls hook(update, batches) after each of the trainer's optimiser updates."""
+    update = trainer.updater
+
+    def updated(batches, lr):
+        result = update(batches, lr)
+        hook(result, batches)
+        return result
+
+    trainer.updater = updated

@@ -7,6 +7,7 @@ import threading
 
 import numpy as np
 import torch
+from conftest import epoch_plan
 
 from mt.data import batches
 from mt.data.batches import Batches, Position, collate, pad_batch
@@ -32,7 +33,7 @@ def same(a: list, b: list) -> bool:
 
 def test_a_position_saved_mid_epoch_resumes_with_the_same_batches():
     data = split()
-    per_epoch = len(Batches(data, 200, 7, Position()).epoch_batches(0))
+    per_epoch = len(epoch_plan(Batches(data, 200, 7, Position()), 0))
     going = Batches(data, 200, 7, Position())
     take(going, per_epoch // 2)  # mid-epoch
     saved = dataclasses.replace(going.position)
@@ -48,8 +49,8 @@ def test_two_ranks_share_an_epoch_each_batch_once_in_equal_parts(monkeypatch):
     monkeypatch.setattr(batches, "BLOCK", 64)
     data = split(5000)
     for epoch in (0, 1):
-        alone = Batches(data, 200, 7, Position()).epoch_batches(epoch)
-        shares = [Batches(data, 200, 7, Position(), r, 2).epoch_batches(epoch) for r in (0, 1)]
+        alone = epoch_plan(Batches(data, 200, 7, Position()), epoch)
+        shares = [epoch_plan(Batches(data, 200, 7, Position(), r, 2), epoch) for r in (0, 1)]
         assert len(shares[0]) == len(shares[1]) >= len(alone) // 2 - 5  # ranks step together
         flat = np.concatenate([b for share in shares for b in share])
         assert len(set(flat.tolist())) == len(flat)  # each sentence once: each batch once
@@ -64,10 +65,10 @@ def test_an_epoch_is_every_sentence_once_and_batches_stay_within_budget(monkeypa
     data = split(5000)
     lengths = np.maximum(data.src.lengths(), data.tgt.lengths()) + 1
     for epoch in (0, 1):
-        planned = Batches(data, 200, 7, Position()).epoch_batches(epoch)
+        planned = epoch_plan(Batches(data, 200, 7, Position()), epoch)
         assert sorted(np.concatenate(planned).tolist()) == list(range(len(data)))
         assert all(len(b) * lengths[b].max() <= 200 for b in planned)
-    assert planned[0].tolist() != Batches(data, 200, 7, Position()).epoch_batches(0)[0].tolist()
+    assert planned[0].tolist() != epoch_plan(Batches(data, 200, 7, Position()), 0)[0].tolist()
 
 
 def test_corpus_weights_draw_their_share_of_each_epoch(monkeypatch):
@@ -75,7 +76,7 @@ def test_corpus_weights_draw_their_share_of_each_epoch(monkeypatch):
     data = split(8000)
     data.corpora = [(6000, 1.0), (2000, 3.0)]  # 1:3 against their sizes (3:1)
     for epoch in (0, 1):
-        taken = np.concatenate(Batches(data, 200, 7, Position()).epoch_batches(epoch))
+        taken = np.concatenate(epoch_plan(Batches(data, 200, 7, Position()), epoch))
         second = np.count_nonzero(taken >= 6000)
         assert abs(second / len(taken) - 0.75) < 0.02
         assert len(np.unique(taken[taken < 6000])) == np.count_nonzero(taken < 6000)  # a sample
@@ -93,7 +94,7 @@ def test_a_store_on_disk_resumes_mid_epoch_with_the_same_batches(tmp_path, monke
     stored = open_split(tmp_path, "train", writer.close())
     assert isinstance(stored.src.ids, np.ndarray) and stored.src.ids.dtype == np.uint16
     assert all(np.array_equal(a, b) for a, b in zip(stored.tgt, data.tgt))  # a round trip
-    per_epoch = len(Batches(stored, 200, 7, Position()).epoch_batches(0))
+    per_epoch = len(epoch_plan(Batches(stored, 200, 7, Position()), 0))
     going = Batches(stored, 200, 7, Position())
     expected = Batches(data, 200, 7, Position(), prefetch=False)
     take(going, per_epoch // 2 + 1)  # mid-epoch, a few maxi-batches in
@@ -107,7 +108,7 @@ def test_a_store_on_disk_resumes_mid_epoch_with_the_same_batches(tmp_path, monke
 
 def test_prefetch_yields_the_batches_of_no_prefetch_and_follows_a_moved_position():
     data = split()
-    per_epoch = len(Batches(data, 200, 7, Position()).epoch_batches(0))
+    per_epoch = len(epoch_plan(Batches(data, 200, 7, Position()), 0))
     ahead = Batches(data, 200, 7, Position(), prefetch=True)
     plain = Batches(data, 200, 7, Position(), prefetch=False)
     assert same(take(ahead, per_epoch + 3), take(plain, per_epoch + 3))

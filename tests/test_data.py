@@ -19,6 +19,7 @@ from conftest import (
     PAIRS,
     TATOEBA_TEST,
     TATOEBA_TRAIN,
+    epoch_plan,
     needs_shared,
     write_jsonl,
 )
@@ -457,7 +458,7 @@ def test_padding_is_small_on_tatoeba(tatoeba_run):
     train = open_split(run_dir / "data", "train", meta["store"]["train"])
     src, tgt = train.src.lengths(), train.tgt.lengths()
     assert len(src) > 100_000
-    batches = Batches(train, 4096, 1, Position()).epoch_batches(0)  # in maxi-batches
+    batches = epoch_plan(Batches(train, 4096, 1, Position()), 0)  # in maxi-batches
     for side in (src, tgt):
         padded = sum(len(b) * (int(side[b].max()) + 1) for b in batches)
         real = int((side + 1).sum())

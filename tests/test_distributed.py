@@ -143,7 +143,7 @@ def score(hypotheses, references):  # rank 0: a flat BLEU; rank 1 would see it r
 
 mt.decoding.evaluate.bleu_chrf = score
 trainer = Trainer(load_config("tiny.yaml", sys.argv[2:]))
-first = [int(x) for x in trainer.batches.epoch_batches(0)[0]]
+first = [int(x) for x in trainer.batches._locate(0, 0)[1]]  # epoch 0's first batch
 result = trainer.run()
 out = {"weights": trainer.model.state_dict(), "first": first, "scored": len(scored)}
 torch.save(dict(out, reason=result["reason"], step=result["step"]), f"{sys.argv[1]}{rank}.pt")

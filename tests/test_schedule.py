@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config, weights
+from conftest import after_each_update, tiny_config, weights
 
 from mt import checkpoint
 from mt.config import Config, TrainConfig
@@ -176,7 +176,7 @@ class FakeClock:
 
     def watch(self, trainer: Trainer) -> None:
         self.started = trainer.state.step
-        trainer.on_update.append(self.updated)
+        after_each_update(trainer, self.updated)
 
     def updated(self, update, batches) -> None:
         self.started += 1

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import HELD_OUT, metric_lines, mt_executable, tiny_config, weights
+from conftest import HELD_OUT, epoch_plan, metric_lines, mt_executable, tiny_config, weights
 
 from mt import checkpoint
 from mt.config import Config
@@ -340,7 +340,7 @@ def test_kill_at_any_moment_leaves_a_loadable_last(corpus_file, tmp_path, cli_ma
 def test_max_epochs_ends_with_the_last_batch_of_the_epoch(corpus_file, tmp_path):
     config = tiny_config(corpus_file, tmp_path / "run", "train.max_steps=0", "train.max_epochs=1")
     trainer = Trainer(config)
-    per_epoch = len(trainer.batches.epoch_batches(0))
+    per_epoch = len(epoch_plan(trainer.batches, 0))
     result = trainer.run()
     assert result["step"] == per_epoch and result["epoch"] == 1, result
     assert "max_epochs" in result["reason"]

@@ -110,13 +110,6 @@ class Batches:
         self._pool = ThreadPoolExecutor(1, "batches") if prefetch else None
         self._ahead: tuple[tuple[int, int], Future[Batch]] | None = None
 
-    def epoch_batches(self, epoch: int) -> list[Any]:
-        """All of this rank's batches (sentence indices, or packed `Rows`) of `epoch`, planned
-        whole: the same for every (seed, epoch)."""
-        with self._lock:
-            plan = self._of(epoch)
-            return [batch for m in range(plan.maxis) for batch in self._planned(plan, m)]
-
     def _of(self, epoch: int) -> _Epoch:
         if self._epoch is None or self._epoch.epoch != epoch:
             split = self.resegment(epoch) if self.resegment else self.split

@@ -23,7 +23,7 @@ import torch
 
 from ..config import Config, TrainConfig
 from ..config_checks import check_training_stops
-from ..data.batches import Batch, Batches, map_batch
+from ..data.batches import Batches, map_batch
 from ..data.packing import row_length
 from ..data.prepare import dropout_epochs, inputs_of, prepare
 from ..errors import Unhealthy
@@ -122,8 +122,6 @@ class Trainer:
             self.model, net, self.optimiser, self.update_step.forward, t, self.ranks
         )
         self.checks = Checks(config, self.state.vitals, self.unigram)
-        # called after every update with its result and batches (timing, counting, checks)
-        self.on_update: list[Callable[[Update, list[Batch]], None]] = []
 
     def _prepare_data(self) -> None:
         """Rank 0 builds (or reuses) the data cache first; the others then read it."""
@@ -217,8 +215,6 @@ class Trainer:
         while not reason:
             batches = [next(self.batches) for _ in range(t.accum_steps)]
             update = self.updater(batches, state.horizon.rate(state.step + 1, self.config))
-            for hook in self.on_update:
-                hook(update, batches)
             seconds = self.pace.updated()
             if update.counted:
                 state.step += 1

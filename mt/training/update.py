@@ -21,7 +21,7 @@ from .rehearsal import Forward
 
 @dataclass
 class Update:
-    """What one optimiser update did, for the log, the checks and the `on_update` hooks."""
+    """What one optimiser update did, for the log and the checks."""
 
     loss: float  # label-smoothed, per target token of all ranks; not finite: skipped
     nll: float
