@@ -111,15 +111,16 @@ def test_paired_tests_equal_sacrebleus_command_line(cli_main, run_dir, tmp_path)
     src.write_text("".join(en + "\n" for en, _ in PAIRS[:12]), encoding="utf-8")
     ref.write_text("".join(es + "\n" for _, es in PAIRS[:12]), encoding="utf-8")
     early = str(sorted((run_dir / "checkpoints").glob("step-*"))[0])
-    base, other = tmp_path / "base.txt", tmp_path / "other.txt"
+    base, other, again = tmp_path / "base.txt", tmp_path / "other.txt", tmp_path / "again.txt"
     common = ["--src", str(src), "--ref", str(ref), "--beam", "2"]
     code, _, err = cli_main("evaluate", early, *common, "--out", str(other))
     assert code == 0, err
     code, out, err = cli_main(
-        "evaluate", str(run_dir), *common, "--out", str(base), "--system", early,
-        "--hyp", str(other), "--json",
+        "evaluate", str(run_dir), *common, "--out", str(base), "--out", str(again),
+        "--system", early, "--hyp", str(other), "--json",
     )  # fmt: skip
     assert code == 0, err
+    assert again.read_text(encoding="utf-8") == other.read_text(encoding="utf-8")
     rows = json.loads(out)["systems"]
     assert [r["system"] for r in rows] == [str(run_dir), early, str(other)]
     assert rows[1]["bleu"] == rows[2]["bleu"] and rows[1]["bleu_p_bs"] == rows[2]["bleu_p_bs"]
@@ -143,6 +144,7 @@ def test_paired_tests_equal_sacrebleus_command_line(cli_main, run_dir, tmp_path)
         (["--hyp", "missing.txt"], "--hyp missing.txt: no such file"),
         (["--hyp", "SHORT"], "lines for 12 test sentences"),
         (["--hyp", "SHORT", "--paired", "tt"], "--paired tt: expected bs, ar or both"),
+        (["--out", "a.txt", "--out", "b.txt"], "--out given 2 times for 1 decoded systems"),
     ],
 )
 def test_bad_paired_test_input_exit_2(cli_main, run_dir, tmp_path, args, message):  # noqa: F811

@@ -273,7 +273,13 @@ def evaluate_command(
     ] = "both",
     constraints: ConstraintsOption = None,
     glossary: GlossaryOption = None,
-    out: Annotated[str | None, typer.Option(help="Write the hypotheses to this file.")] = None,
+    out: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Write the hypotheses to this file, one a line. Repeated: then each "
+            "--system's, in order."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     batch_tokens: BatchTokensOption = None,
     device: DeviceOption = "auto",
@@ -295,6 +301,12 @@ def evaluate_command(
     from ..text import translate_texts
 
     tests = significance.parse_tests(paired)
+    outs = [Path(path) for path in out or []]
+    if len(outs) > 1 + len(system or []):
+        raise ConfigError(
+            f"--out given {len(outs)} times for {1 + len(system or [])} decoded systems "
+            "(CHECKPOINT and each --system)"
+        )
 
     options = dict(beam=beam, batch_tokens=batch_tokens, seed=seed)
     translator = _open(checkpoint, config, set_, device, engine, threads, ensemble, **options)
@@ -307,16 +319,14 @@ def evaluate_command(
         return lambda texts: translate_texts(system, texts, split=split_sentences, progress=True)
 
     result, hypotheses = evaluate(translator, *found, texts_of(translator), terms)
-    if out:
-        atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
+    others = [
+        (path, _open(path, config, set_, device, engine, threads, **options))
+        for path in system or []
+    ]
+    decoded = [(path, evaluate(other, *found, texts_of(other), terms)[1]) for path, other in others]
+    for path, (_, lines) in zip(outs, [(checkpoint, hypotheses), *decoded]):
+        atomic_write_text(path, "".join(h + "\n" for h in lines))
     if system or hyp:
-        others = [
-            (path, _open(path, config, set_, device, engine, threads, **options))
-            for path in system or []
-        ]
-        decoded = [
-            (path, evaluate(other, *found, texts_of(other), terms)[1]) for path, other in others
-        ]
         systems = [(checkpoint, hypotheses), *decoded, *given]
         result["systems"] = significance.paired_tests(systems, found[2], tests)
     if as_json:
