@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import PAIRS, sacrebleu_paired, write_jsonl
+from conftest import PAIRS, long_sentence, sacrebleu_paired, write_jsonl
 from test_cli_decode import run_dir  # noqa: F401  (the module's trained tiny run)
 
 from mt import checkpoint
+from mt.data import tokenizer as tok
+from mt.decoding import translate
+from mt.model import max_length
 
 SENTENCES = ["Hello.", "The coffee is hot and the water is cold.", "I like music."]
 
@@ -208,3 +211,31 @@ def test_constraints_with_sampling_are_refused(cli_main, run_dir, tmp_path):  # 
         "--set", "decode.sampling=true", "Hello.",
     )  # fmt: skip
     assert code == 2 and "constraints need beam search" in err and not out, err
+
+
+def test_a_text_cut_into_pieces_keeps_the_numbers_and_terms_of_the_texts(
+    cli_main,
+    run_dir,  # noqa: F811
+    tmp_path,
+):
+    loaded = checkpoint.load(run_dir)
+    long = long_sentence(loaded.src_tokenizer, 2 * max_length(loaded.model.cfg))  # 3 pieces
+    lines = tmp_path / "in.txt"
+    lines.write_text(f"{long}\nHello dog.\nHi.\n", encoding="utf-8")
+    base = ["translate", "--checkpoint", str(run_dir), "--beam", "2", "--file", str(lines)]
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("\nperro\ncasa\n", encoding="utf-8")
+    code, out, err = cli_main(*base, "--constraints", str(terms), "--prefix", "El")
+    assert code == 0, err
+    first, second, third = out.splitlines()
+    assert all(line.startswith("El") for line in (first, second, third)), out
+    assert "perro" in second and "casa" in third, out
+    terms.write_text("\n\ncasa\t \n", encoding="utf-8")  # line 3's term is blank
+    code, out, err = cli_main(*base, "--constraints", str(terms))
+    assert code == 2 and not out and "text 3: constraint ' ' tokenizes to nothing" in err, err
+    # a prefix that fits the long line's first piece, not line 2's output
+    source = tok.encode(loaded.src_tokenizer, ["Hello dog."])
+    limit = translate.output_limits(loaded.model.cfg, source, loaded.config.decode)[0]
+    word = len(tok.encode(loaded.tgt_tokenizer, [" muy"])[0])
+    code, out, err = cli_main(*base, "--prefix", "muy" + " muy" * (limit // word + 1))
+    assert code == 2 and not out and "text 2: its prefix has" in err, err
