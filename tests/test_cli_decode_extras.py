@@ -72,8 +72,7 @@ def test_seeded_sampling_repeats_and_gives_n_samples(cli_main, run_dir):  # noqa
     runs = [cli_main(*args, "--seed", seed) for seed in ("1", "1", "2")]
     assert all(code == 0 for code, _, _ in runs), runs
     assert runs[0][1] == runs[1][1] and runs[0][1] != runs[2][1]
-    # an undertrained model's samples may hold a newline byte: rows are the numbered lines
-    rows = [r for r in (line.split("\t") for line in runs[0][1].splitlines()) if len(r) == 4]
+    rows = [line.split("\t") for line in runs[0][1].splitlines()]  # one line each (mt.text)
     assert [(r[0], r[1]) for r in rows] == [(str(i), str(k)) for i in range(3) for k in (1, 2, 3)]
     code, out, err = cli_main(*args)  # no --seed: run.seed
     assert code == 0 and out == cli_main(*args)[1], err
@@ -90,6 +89,16 @@ def test_a_prefix_starts_every_translation(cli_main, run_dir):  # noqa: F811
     if len(words) > 1:  # the model's own first words change nothing
         own = " ".join(words[: len(words) // 2])
         assert cli_main(*base, "--prefix", own, SENTENCES[1])[1] == free
+
+
+def test_a_translation_of_a_line_is_one_line(cli_main, run_dir, tmp_path):  # noqa: F811
+    lines = tmp_path / "in.txt"
+    lines.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    base = ["translate", "--checkpoint", str(run_dir), "--file", str(lines)]
+    code, out, err = cli_main(*base, "--prefix", "Me\ngusta\u2028mucho")
+    assert code == 0, err
+    assert out.count("\n") == len(out.splitlines()) == len(SENTENCES), out
+    assert all(line.startswith("Me gusta mucho") for line in out.splitlines()), out
 
 
 @pytest.mark.parametrize(

@@ -217,11 +217,7 @@ def _print_translations(
 
     prefixes = None if prefix is None else [prefix] * len(batch)
     terms = terms_of(batch, constraints, glossary)
-    progress = len(batch) > 100
-    if prefixes is None and terms is None:
-        found = translate_texts_nbest(translator, batch, split=split, progress=progress)
-    else:  # a prefix or terms are the whole line's: it is translated whole
-        found = translator.translate_nbest(batch, None, progress, prefixes, terms)
+    found = translate_texts_nbest(translator, batch, None, split, len(batch) > 100, prefixes, terms)
     for i, hyps in enumerate(found):
         if translator.config.decode.nbest == 1:
             typer.echo(hyps[0][0])
@@ -316,14 +312,15 @@ def evaluate_command(
     terms = terms_of(found[1], constraints, glossary)
 
     def texts_of(system):  # every system decodes as the first: split into sentences or not
-        return lambda texts: translate_texts(system, texts, split=split_sentences, progress=True)
+        options = dict(split=split_sentences, progress=True, terms=terms)
+        return lambda texts: translate_texts(system, texts, **options)
 
-    result, hypotheses = evaluate(translator, *found, texts_of(translator), terms)
+    result, hypotheses = evaluate(translator, *found, texts_of(translator))
     others = [
         (path, _open(path, config, set_, device, engine, threads, **options))
         for path in system or []
     ]
-    decoded = [(path, evaluate(other, *found, texts_of(other), terms)[1]) for path, other in others]
+    decoded = [(path, evaluate(other, *found, texts_of(other))[1]) for path, other in others]
     for path, (_, lines) in zip(outs, [(checkpoint, hypotheses), *decoded]):
         atomic_write_text(path, "".join(h + "\n" for h in lines))
     if system or hyp:

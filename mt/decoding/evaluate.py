@@ -75,15 +75,13 @@ def evaluate(
     sources: list[str],
     references: list[str],
     translate: Callable[[list[str]], list[str]] | None = None,
-    constraints: list[list[str]] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Translate `sources` (with a progress bar) and score them against `references`: (the
     result `mt evaluate` prints, the hypotheses). By `translate` where given (as mt.text's
-    sentence splitting does); a source with `constraints` is translated whole, containing
-    its terms."""
+    sentence splitting does)."""
     started = time.perf_counter()
-    if translate is None or constraints is not None:
-        hypotheses = translator.translate(sources, progress=True, constraints=constraints)
+    if translate is None:
+        hypotheses = translator.translate(sources, progress=True)
     else:
         hypotheses = translate(sources)
     seconds = time.perf_counter() - started

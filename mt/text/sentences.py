@@ -74,11 +74,22 @@ class Layout:
     def joined(self, found: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
         """The n-best of the text from its sentences' n-best (`found`), the layout put back
         around them (mt.decoding.pieces.join_nbest: the k-th joins each sentence's k-th); a
-        text without a sentence comes back as it is (score NaN)."""
+        text without a sentence comes back as it is (score NaN). A sentence on one line is
+        translated on one line, whatever the model wrote: the text's line breaks are its
+        layout's, so one line in is one line out."""
         if not self.sentences:
             return [(self.gaps[0], float("nan"))]
+        found = [
+            [(t if LINE_BREAK.search(s) else one_line(t), score) for t, score in hyps]
+            for s, hyps in zip(self.sentences, found)
+        ]
         inner = join_nbest(found, self.gaps[1:-1])
         return [(self.gaps[0] + text + self.gaps[-1], score) for text, score in inner]
+
+
+def one_line(text: str) -> str:
+    """`text` with each of its line breaks made a space."""
+    return LINE_BREAK.sub(" ", text)
 
 
 def _lines(text: str) -> list[tuple[int, int]]:
