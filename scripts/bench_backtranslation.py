@@ -22,10 +22,9 @@ import argparse
 import json
 import random
 import shlex
-import sys
 from pathlib import Path
 
-from bench_ensemble import FLORES, bleu, cut, machine, mt, tatoeba, train
+from bench_ensemble import FLORES, bleu, cut, mt, options, record, report, tatoeba, train
 
 from mt.data.corpus import read_pairs_jsonl
 from mt.text.sentences import one_line
@@ -86,17 +85,13 @@ def run(args: argparse.Namespace) -> dict:
         folder = work / f"forward-{i}"
         commands.append(train(folder, args.config, args.minutes, {"train": corpus, **held_out}))
         rows[name] = {"tatoeba": bleu(folder, files["test"]), "flores": bleu(folder, flores)}
-    return {
-        "machine": machine(),
-        "command": shlex.join(["python", *sys.argv]),
-        "config": args.config,
-        "minutes": args.minutes,
-        "limit": args.limit,
-        "parallel_pairs": len(parallel.read_text(encoding="utf-8").splitlines()),
-        "mono_sentences": len(mono.read_text(encoding="utf-8").splitlines()),
-        "commands": commands,
-        "rows": rows,
-    }
+    return record(
+        args,
+        parallel_pairs=len(parallel.read_text(encoding="utf-8").splitlines()),
+        mono_sentences=len(mono.read_text(encoding="utf-8").splitlines()),
+        commands=commands,
+        rows=rows,
+    )
 
 
 def render(r: dict) -> list[str]:
@@ -123,16 +118,9 @@ def render(r: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
-    parser.add_argument("--out", type=Path, default=Path("runs/bench/backtranslation"))
-    parser.add_argument("--config", default="tatoeba_cpu.yaml")
-    parser.add_argument("--minutes", type=float, default=20.0, help="train.max_minutes")
+    parser = options(__doc__, "runs/bench/backtranslation")
     parser.add_argument("--seed", type=int, default=1234, help="of the split into halves")
-    parser.add_argument("--limit", type=int, default=0, help="pairs of each file (0: all)")
-    record = run(parser.parse_args())
-    print("\n".join(render(record)))
-    print(json.dumps(record, ensure_ascii=False))
+    report(run(parser.parse_args()), render)
 
 
 if __name__ == "__main__":

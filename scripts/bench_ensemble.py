@@ -20,6 +20,7 @@ import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 MT = str(Path(sys.executable).parent / "mt")
@@ -82,14 +83,39 @@ def bleu(checkpoint: Path, pairs: Path, *extra: str) -> dict:
     return {"bleu": result["bleu"], "chrf": result["chrf"], "command": "mt " + shlex.join(args)}
 
 
-def machine() -> str:
-    """The machine line of every record: date, CPU (model, speed flags, cores), torch."""
+def record(args: argparse.Namespace, **fields: object) -> dict:
+    """A result with what says where and how it was measured: the machine line (date, CPU
+    model, speed flags and cores, torch), the command, the config, budget and limit."""
     import torch
 
     from mt.device import cpu_description
 
     today = datetime.date.today().isoformat()
-    return f"{today}, {cpu_description()}, torch {torch.__version__}"
+    return {
+        "machine": f"{today}, {cpu_description()}, torch {torch.__version__}",
+        "command": shlex.join(["python", *sys.argv]),
+        "config": args.config,
+        "minutes": args.minutes,
+        "limit": args.limit,
+        **fields,
+    }
+
+
+def options(doc: str, out: str) -> argparse.ArgumentParser:
+    """The options both experiments take, for a script of docstring `doc` writing to `out`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--out", type=Path, default=Path(out))
+    parser.add_argument("--config", default="tatoeba_cpu.yaml")
+    parser.add_argument("--minutes", type=float, default=20.0, help="train.max_minutes")
+    parser.add_argument("--limit", type=int, default=0, help="pairs of each file (0: all)")
+    return parser
+
+
+def report(result: dict, render: Callable[[dict], list[str]]) -> None:
+    """The Markdown section, then the JSON record as the last line (scripts/bench.py's)."""
+    print("\n".join(render(result)))
+    print(json.dumps(result, ensure_ascii=False))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -108,15 +134,7 @@ def run(args: argparse.Namespace) -> dict:
     rows[f"average of run.seed {args.seeds[0]}'s last {args.average_last}"] = bleu(
         averaged, files["test"]
     )
-    return {
-        "machine": machine(),
-        "command": shlex.join(["python", *sys.argv]),
-        "config": args.config,
-        "minutes": args.minutes,
-        "limit": args.limit,
-        "training": commands,
-        "rows": rows,
-    }
+    return record(args, training=commands, rows=rows)
 
 
 def render(r: dict) -> list[str]:
@@ -137,17 +155,10 @@ def render(r: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
-    parser.add_argument("--out", type=Path, default=Path("runs/bench/ensemble"))
-    parser.add_argument("--config", default="tatoeba_cpu.yaml")
-    parser.add_argument("--minutes", type=float, default=20.0, help="train.max_minutes")
+    parser = options(__doc__, "runs/bench/ensemble")
     parser.add_argument("--seeds", type=int, nargs=2, default=[1234, 4321])
     parser.add_argument("--average-last", type=int, default=3)
-    parser.add_argument("--limit", type=int, default=0, help="pairs of each file (0: all)")
-    record = run(parser.parse_args())
-    print("\n".join(render(record)))
-    print(json.dumps(record, ensure_ascii=False))
+    report(run(parser.parse_args()), render)
 
 
 if __name__ == "__main__":
