@@ -158,6 +158,14 @@ def test_a_prefix_that_repeats_an_ngram_is_kept_and_the_ban_counts_its_ngrams():
             assert h.tokens[len(prefix) : len(prefix) + 1] != [9]  # 5 9: the prefix's
 
 
+def test_no_repeat_ngram_holds_at_beam_1():
+    model, src = random_model(), mixed_batch()  # untrained: it repeats itself when let
+    cfg = DecodeConfig(beam=1, nbest=1, no_repeat_ngram=2)
+    for hyps in translate_ids(model, sources(src), cfg, "cpu"):
+        grams = list(zip(hyps[0].tokens, hyps[0].tokens[1:]))
+        assert len(set(grams)) == len(grams), hyps[0].tokens
+
+
 def contains(tokens: list[int], phrase: list[int]) -> bool:
     return any(tokens[i : i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
 
