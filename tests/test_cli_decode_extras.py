@@ -99,6 +99,11 @@ def test_a_translation_of_a_line_is_one_line(cli_main, run_dir, tmp_path):  # no
     assert code == 0, err
     assert out.count("\n") == len(out.splitlines()) == len(SENTENCES), out
     assert all(line.startswith("Me gusta mucho") for line in out.splitlines()), out
+    # a line is what a line feed ends (as wc -l, sacreBLEU and aligned training text count)
+    lines.write_text("Hello.\u2028I like music.\r\nHi.\x0cThe water is cold.\n", "utf-8")
+    for steer in ([], ["--prefix", "El"], ["--no-split-sentences"]):
+        code, out, err = cli_main(*base, *steer)
+        assert code == 0 and out.count("\n") == 2 and out.endswith("\n"), (steer, out, err)
 
 
 @pytest.mark.parametrize(
