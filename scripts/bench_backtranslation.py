@@ -27,7 +27,6 @@ from pathlib import Path
 from bench_ensemble import FLORES, bleu, cut, mt, options, record, report, tatoeba, train
 
 from mt.data.corpus import read_pairs_jsonl
-from mt.text.sentences import one_line
 
 TAG = "<bt>"
 
@@ -41,7 +40,8 @@ def halves(train_file: Path, work: Path, seed: int) -> tuple[Path, Path]:
     parallel, mono = work / "parallel.jsonl", work / "mono.es"
     rows = (json.dumps({"en": en, "es": es}, ensure_ascii=False) for en, es in pairs[:middle])
     parallel.write_text("".join(row + "\n" for row in rows), encoding="utf-8")
-    mono.write_text("".join(one_line(es) + "\n" for _, es in pairs[middle:]), encoding="utf-8")
+    # normalised: no line break inside a sentence
+    mono.write_text("".join(es + "\n" for _, es in pairs[middle:]), encoding="utf-8")
     return parallel, mono
 
 

@@ -87,11 +87,6 @@ class Layout:
         return [(self.gaps[0] + text + self.gaps[-1], score) for text, score in inner]
 
 
-def one_line(text: str) -> str:
-    """`text` with each of its line breaks made a space."""
-    return LINE_BREAK.sub(" ", text)
-
-
 def own_breaks(source: str, translation: str) -> str:
     """`translation` with each line break of a kind `source` does not hold made a space: a
     sentence on one line (every sentence a text was cut into) gets a translation on one
