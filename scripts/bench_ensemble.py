@@ -14,6 +14,7 @@ CPU. A smoke run of its plumbing (tiny model, 200 pairs, well under a minute of 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gzip
 import json
@@ -31,7 +32,7 @@ FLORES = "flores200_devtest_en_es.jsonl.gz"
 def mt(*args: str, log: Path | None = None) -> str:
     """Run `mt ARGS` (its stderr to `log`, else passed on); its stdout, or exit naming it."""
     print("$ mt", shlex.join(args), file=sys.stderr, flush=True)
-    with open(log, "w") if log else open("/dev/stderr", "w") as err:
+    with open(log, "w") if log else contextlib.nullcontext() as err:  # None: ours
         found = subprocess.run([MT, *args], stdout=subprocess.PIPE, stderr=err, text=True)
     if found.returncode != 0:
         where = f"; see {log}" if log else ""
