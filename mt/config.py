@@ -221,8 +221,9 @@ class DecodeConfig:
 
     @property
     def greedy(self) -> bool:
-        """One hypothesis and no score wanted: greedy search, for every engine."""
-        return self.beam == 1 and self.nbest == 1
+        """One hypothesis and no score wanted: greedy search, for every engine. Not with
+        no_repeat_ngram, which only beam search applies (then of beam 1)."""
+        return self.beam == 1 and self.nbest == 1 and not self.no_repeat_ngram
 
 
 def beam_holds(nbest: int, beam: int) -> bool:

@@ -24,6 +24,11 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
            data.filter_language on a corrupted Tatoeba train file (scripts/bench_langid.py)
   markup   inline tags carried into translations: per text node, placeholders, alignment,
            anchors (scripts/bench_markup.py)
+  ensemble two recipe runs of other seeds: BLEU of each, of their ensemble and of mt average
+           (scripts/bench_ensemble.py; two 20-minute trainings: not in the default steps)
+  backtranslation  half of Tatoeba parallel, the other half's Spanish back-translated by
+           beam and by sampling (tagged): three forward runs, Tatoeba and FLORES BLEU
+           (scripts/bench_backtranslation.py; four trainings: not in the default steps)
 
     python scripts/bench.py --data ../shared/data [--only speed,decode] [--minutes 20]
 """
@@ -44,6 +49,8 @@ import time
 from pathlib import Path
 
 import yaml
+from bench_backtranslation import render as render_backtranslation
+from bench_ensemble import render as render_ensemble
 from bench_langid import render as render_langid
 from bench_markup import render as render_markup
 from bench_prepare import render as render_scale
@@ -332,6 +339,13 @@ def step_text(data: Path, results: dict) -> None:
 def step_markup(data: Path, results: dict) -> None:
     out, _ = run([PY, "scripts/bench_markup.py", "--checkpoint", str(RUN), "--data", str(data)])
     results["markup"] = last_json(out)
+
+
+def step_script(data: Path, results: dict, name: str, minutes: float) -> None:
+    """scripts/bench_NAME.py at `minutes` a training, in runs/bench/NAME: its JSON record."""
+    out, _ = run([PY, f"scripts/bench_{name}.py", "--data", str(data),
+                  "--minutes", str(minutes), "--out", str(RUN.parent / name)])  # fmt: skip
+    results[name] = last_json(out)
 
 
 def render_export(e: dict) -> list[str]:
@@ -637,6 +651,10 @@ def render(results: dict) -> str:
         lines += render_langid(results["langid"])
     if "markup" in results:
         lines += render_markup(results["markup"])
+    if "ensemble" in results:
+        lines += render_ensemble(results["ensemble"])
+    if "backtranslation" in results:
+        lines += render_backtranslation(results["backtranslation"])
     lines += peer_comparison(results)
     lines += render_gpu()
     return "\n".join(lines).rstrip() + "\n"
@@ -785,6 +803,8 @@ def main() -> None:
         "text": lambda: step_text(data, results),
         "langid": lambda: step_langid(data, results),
         "markup": lambda: step_markup(data, results),
+        "ensemble": lambda: step_script(data, results, "ensemble", args.minutes),
+        "backtranslation": lambda: step_script(data, results, "backtranslation", args.minutes),
     }
     for name in filter(None, args.only.split(",")):  # --only "" re-renders the page
         steps[name]()

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import PAIRS, sacrebleu_paired, write_jsonl
+from conftest import PAIRS, long_sentence, sacrebleu_paired, write_jsonl
 from test_cli_decode import run_dir  # noqa: F401  (the module's trained tiny run)
 
 from mt import checkpoint
+from mt.data import tokenizer as tok
+from mt.decoding import translate
+from mt.model import max_length
 
 SENTENCES = ["Hello.", "The coffee is hot and the water is cold.", "I like music."]
 
@@ -69,8 +72,7 @@ def test_seeded_sampling_repeats_and_gives_n_samples(cli_main, run_dir):  # noqa
     runs = [cli_main(*args, "--seed", seed) for seed in ("1", "1", "2")]
     assert all(code == 0 for code, _, _ in runs), runs
     assert runs[0][1] == runs[1][1] and runs[0][1] != runs[2][1]
-    # an undertrained model's samples may hold a newline byte: rows are the numbered lines
-    rows = [r for r in (line.split("\t") for line in runs[0][1].splitlines()) if len(r) == 4]
+    rows = [line.split("\t") for line in runs[0][1].splitlines()]  # one line each (mt.text)
     assert [(r[0], r[1]) for r in rows] == [(str(i), str(k)) for i in range(3) for k in (1, 2, 3)]
     code, out, err = cli_main(*args)  # no --seed: run.seed
     assert code == 0 and out == cli_main(*args)[1], err
@@ -87,6 +89,21 @@ def test_a_prefix_starts_every_translation(cli_main, run_dir):  # noqa: F811
     if len(words) > 1:  # the model's own first words change nothing
         own = " ".join(words[: len(words) // 2])
         assert cli_main(*base, "--prefix", own, SENTENCES[1])[1] == free
+
+
+def test_a_translation_of_a_line_is_one_line(cli_main, run_dir, tmp_path):  # noqa: F811
+    lines = tmp_path / "in.txt"
+    lines.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    base = ["translate", "--checkpoint", str(run_dir), "--file", str(lines)]
+    code, out, err = cli_main(*base, "--prefix", "Me\ngusta\u2028mucho")
+    assert code == 0, err
+    assert out.count("\n") == len(out.splitlines()) == len(SENTENCES), out
+    assert all(line.startswith("Me gusta mucho") for line in out.splitlines()), out
+    # a line is what a line feed ends (as wc -l, sacreBLEU and aligned training text count)
+    lines.write_text("Hello.\u2028I like music.\r\nHi.\x0cThe water is cold.\n", "utf-8")
+    for steer in ([], ["--prefix", "El"], ["--no-split-sentences"]):
+        code, out, err = cli_main(*base, *steer)
+        assert code == 0 and out.count("\n") == 2 and out.endswith("\n"), (steer, out, err)
 
 
 @pytest.mark.parametrize(
@@ -111,15 +128,16 @@ def test_paired_tests_equal_sacrebleus_command_line(cli_main, run_dir, tmp_path)
     src.write_text("".join(en + "\n" for en, _ in PAIRS[:12]), encoding="utf-8")
     ref.write_text("".join(es + "\n" for _, es in PAIRS[:12]), encoding="utf-8")
     early = str(sorted((run_dir / "checkpoints").glob("step-*"))[0])
-    base, other = tmp_path / "base.txt", tmp_path / "other.txt"
+    base, other, again = tmp_path / "base.txt", tmp_path / "other.txt", tmp_path / "again.txt"
     common = ["--src", str(src), "--ref", str(ref), "--beam", "2"]
     code, _, err = cli_main("evaluate", early, *common, "--out", str(other))
     assert code == 0, err
     code, out, err = cli_main(
-        "evaluate", str(run_dir), *common, "--out", str(base), "--system", early,
-        "--hyp", str(other), "--json",
+        "evaluate", str(run_dir), *common, "--out", str(base), "--out", str(again),
+        "--system", early, "--hyp", str(other), "--json",
     )  # fmt: skip
     assert code == 0, err
+    assert again.read_text(encoding="utf-8") == other.read_text(encoding="utf-8")
     rows = json.loads(out)["systems"]
     assert [r["system"] for r in rows] == [str(run_dir), early, str(other)]
     assert rows[1]["bleu"] == rows[2]["bleu"] and rows[1]["bleu_p_bs"] == rows[2]["bleu_p_bs"]
@@ -143,6 +161,7 @@ def test_paired_tests_equal_sacrebleus_command_line(cli_main, run_dir, tmp_path)
         (["--hyp", "missing.txt"], "--hyp missing.txt: no such file"),
         (["--hyp", "SHORT"], "lines for 12 test sentences"),
         (["--hyp", "SHORT", "--paired", "tt"], "--paired tt: expected bs, ar or both"),
+        (["--out", "a.txt", "--out", "b.txt"], "--out given 2 times for 1 decoded systems"),
     ],
 )
 def test_bad_paired_test_input_exit_2(cli_main, run_dir, tmp_path, args, message):  # noqa: F811
@@ -206,3 +225,31 @@ def test_constraints_with_sampling_are_refused(cli_main, run_dir, tmp_path):  # 
         "--set", "decode.sampling=true", "Hello.",
     )  # fmt: skip
     assert code == 2 and "constraints need beam search" in err and not out, err
+
+
+def test_a_text_cut_into_pieces_keeps_the_numbers_and_terms_of_the_texts(
+    cli_main,
+    run_dir,  # noqa: F811
+    tmp_path,
+):
+    loaded = checkpoint.load(run_dir)
+    long = long_sentence(loaded.src_tokenizer, 2 * max_length(loaded.model.cfg))  # 3 pieces
+    lines = tmp_path / "in.txt"
+    lines.write_text(f"{long}\nHello dog.\nHi.\n", encoding="utf-8")
+    base = ["translate", "--checkpoint", str(run_dir), "--beam", "2", "--file", str(lines)]
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("\nperro\ncasa\n", encoding="utf-8")
+    code, out, err = cli_main(*base, "--constraints", str(terms), "--prefix", "El")
+    assert code == 0, err
+    first, second, third = out.splitlines()
+    assert all(line.startswith("El") for line in (first, second, third)), out
+    assert "perro" in second and "casa" in third, out
+    terms.write_text("\n\ncasa\t \n", encoding="utf-8")  # line 3's term is blank
+    code, out, err = cli_main(*base, "--constraints", str(terms))
+    assert code == 2 and not out and "text 3: constraint ' ' tokenizes to nothing" in err, err
+    # a prefix that fits the long line's first piece, not line 2's output
+    source = tok.encode(loaded.src_tokenizer, ["Hello dog."])
+    limit = translate.output_limits(loaded.model.cfg, source, loaded.config.decode)[0]
+    word = len(tok.encode(loaded.tgt_tokenizer, [" muy"])[0])
+    code, out, err = cli_main(*base, "--prefix", "muy" + " muy" * (limit // word + 1))
+    assert code == 2 and not out and "text 2: its prefix has" in err, err

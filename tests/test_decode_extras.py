@@ -142,6 +142,30 @@ def test_a_prefix_starts_every_output_and_its_own_changes_nothing(beam):
     assert all(h.tokens[: len(p)] == p for p, hyps in zip(forced, sampled) for h in hyps)
 
 
+def test_a_prefix_that_repeats_an_ngram_is_kept_and_the_ban_counts_its_ngrams():
+    model, src = random_model(), mixed_batch()  # untrained: it repeats itself when let
+    cfg = DecodeConfig(beam=3, nbest=3, alpha=0.6, no_repeat_ngram=2)
+    prefix = [5, 9, 5, 9, 5]  # the bigram 5 9 twice, 9 5 twice: forced, not banned
+    found = translate_ids(model, sources(src), cfg, "cpu", prefixes=[prefix] * len(src))
+    for hyps in found:
+        assert hyps
+        for h in hyps:
+            assert h.tokens[: len(prefix)] == prefix
+            # after the prefix no bigram repeats an earlier one, the prefix's counted
+            grams = list(zip(h.tokens, h.tokens[1:]))
+            for t in range(len(prefix) - 1, len(grams)):
+                assert grams[t] not in grams[:t], (h.tokens, t)
+            assert h.tokens[len(prefix) : len(prefix) + 1] != [9]  # 5 9: the prefix's
+
+
+def test_no_repeat_ngram_holds_at_beam_1():
+    model, src = random_model(), mixed_batch()  # untrained: it repeats itself when let
+    cfg = DecodeConfig(beam=1, nbest=1, no_repeat_ngram=2)
+    for hyps in translate_ids(model, sources(src), cfg, "cpu"):
+        grams = list(zip(hyps[0].tokens, hyps[0].tokens[1:]))
+        assert len(set(grams)) == len(grams), hyps[0].tokens
+
+
 def contains(tokens: list[int], phrase: list[int]) -> bool:
     return any(tokens[i : i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
 

@@ -72,16 +72,21 @@ def tatoeba(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[
     return run, out, [s for s, _ in pairs], [r for _, r in pairs]
 
 
-def torch_nbest(run: Path, texts: list[str], **decode) -> list[list[tuple[str, float]]]:
+def torch_nbest(
+    run: Path, texts: list[str], prefixes: list[str] | None = None, **decode
+) -> list[list[tuple[str, float]]]:
     loaded = checkpoint.load(run)
     cfg = dataclasses.replace(loaded.config.decode, **decode)
-    return translate_nbest(loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer, texts, cfg)
+    tokenizers = (loaded.src_tokenizer, loaded.tgt_tokenizer)
+    return translate_nbest(loaded.model, *tokenizers, texts, cfg, prefixes=prefixes)
 
 
-def ct2_nbest(folder: Path, texts: list[str], **decode) -> list[list[tuple[str, float]]]:
+def ct2_nbest(
+    folder: Path, texts: list[str], prefixes: list[str] | None = None, **decode
+) -> list[list[tuple[str, float]]]:
     exported = ct2.load(folder)
     cfg = dataclasses.replace(exported.config.decode, **decode)
-    return ct2.translate_nbest(exported, texts, cfg)
+    return ct2.translate_nbest(exported, texts, cfg, prefixes)
 
 
 @needs_shared
@@ -248,3 +253,54 @@ def test_core_does_not_import_ctranslate2():
     code = f"import {modules}, sys; print('ctranslate2' in sys.modules)"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert found.stdout.strip() == "False", found.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_export(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export.export(tiny_run, tmp_path_factory.mktemp("ct2") / "ct2")
+
+
+TEXTS = ["Where is the station?", "I love you.", "The dog barks at night."]
+
+
+@pytest.mark.parametrize("search", [dict(beam=1, nbest=1), dict(beam=3, nbest=2)])
+def test_a_ct2_prefix_starts_every_output_as_torchs_does(tiny_run, tiny_export, search):
+    prefixes = ["Me gusta", "", "El perro"]
+    theirs = ct2_nbest(tiny_export, TEXTS, **search, prefixes=prefixes)
+    for prefix, hyps in zip(prefixes, theirs):
+        assert len(hyps) == search["nbest"] and all(t.startswith(prefix) for t, _ in hyps)
+    ours = torch_nbest(tiny_run, TEXTS, **search, prefixes=prefixes)
+    assert [h[0][0] for h in theirs] == [h[0][0] for h in ours]
+
+
+def test_ct2_seeded_sampling_repeats_and_top_k_1_is_greedy(tiny_export):
+    sampled = dict(sampling=True, nbest=4, beam=1, temperature=1.5)
+    runs = [ct2_nbest(tiny_export, TEXTS, **sampled, seed=seed) for seed in (1, 1, 2)]
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    assert all(len(hyps) == 4 for hyps in runs[0])
+    assert all(len({t for t, _ in hyps}) > 1 for hyps in runs[0])  # samples vary
+    for hyps in runs[0]:  # best first, as the torch engine's samples
+        assert [s for _, s in hyps] == sorted((s for _, s in hyps), reverse=True)
+    greedy = ct2_nbest(tiny_export, TEXTS, beam=1, nbest=1)
+    top_1 = ct2_nbest(tiny_export, TEXTS, sampling=True, nbest=1, top_k=1, seed=3)
+    assert [h[0][0] for h in top_1] == [h[0][0] for h in greedy]
+    prefixed = ct2_nbest(tiny_export, TEXTS, **sampled, seed=1, prefixes=["Hola", "", ""])
+    assert all(t.startswith("Hola") for t, _ in prefixed[0])
+
+
+def test_ct2_prefix_and_sampling_from_the_command_line(cli_main, tiny_export, tmp_path):
+    base = ["translate", "--checkpoint", str(tiny_export)]
+    code, out, err = cli_main(*base, "--prefix", "El", *TEXTS)
+    assert code == 0 and all(line.startswith("El") for line in out.splitlines()), err
+    sampled = [*base, "--set", "decode.sampling=true", "--nbest", "2", *TEXTS]
+    code, out, err = cli_main(*sampled)  # no --seed: run.seed
+    assert code == 0 and len(out.splitlines()) == 6 and out == cli_main(*sampled)[1], err
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("perro\n", encoding="utf-8")
+    for args, message in [
+        (["--constraints", str(terms)], "CTranslate2 has no terminology constraints"),
+        (["--checkpoint", str(tiny_export)], "CTranslate2 has no ensembles"),
+    ]:
+        code, out, err = cli_main(*base, *args, TEXTS[0])
+        assert code == 2 and not out and len(err.splitlines()) == 1, err
+        assert message in err and "torch engine" in err

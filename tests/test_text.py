@@ -33,7 +33,7 @@ class FakeTranslator:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
 
-    def translate_nbest(self, texts, decode=None, progress=False):
+    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
         self.calls.append(list(texts))
         nbest = decode.nbest if decode else 1
         forms = [("<{}>", -1.0), ("[{}]", -2.0), ("{{{}}}", -3.0)][:nbest]
@@ -91,6 +91,25 @@ def test_every_sentence_is_decoded_in_one_call_and_put_back_in_its_layout():
     translator = FakeTranslator()  # not split: each text whole, as the model read them before
     assert translate_texts(translator, TEXTS, split=False) == [f"<{t}>" for t in TEXTS]
     assert translator.calls == [TEXTS]
+
+
+class BreakingTranslator(FakeTranslator):
+    """Its translations hold line breaks of every kind, as a sampled one may."""
+
+    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
+        found = super().translate_nbest(texts, decode, progress)
+        return [[(f"{t}\nx\r\ny\u2028z", score) for t, score in hyps] for hyps in found]
+
+
+def test_a_sentence_on_one_line_is_translated_on_one_line():
+    texts = ["One. Two.", "Line one.\nLine two."]
+    one, two = translate_texts(BreakingTranslator(), texts)
+    assert one == "<One.> x y z <Two.> x y z"
+    assert two == "<Line one.> x y z\n<Line two.> x y z"  # its own line break only
+    whole = translate_texts(BreakingTranslator(), texts, split=False)  # the model read them
+    assert whole == ["<One. Two.> x y z", "<Line one.\nLine two.>\nx y z"]  # its kind kept
+    steered = translate_texts(BreakingTranslator(), texts[:1], prefixes=["a"])
+    assert steered == ["<One. Two.> x y z"]  # whole, as a prefix's text is
 
 
 def test_nbest_of_a_text_joins_each_sentences_kth():

@@ -217,11 +217,7 @@ def _print_translations(
 
     prefixes = None if prefix is None else [prefix] * len(batch)
     terms = terms_of(batch, constraints, glossary)
-    progress = len(batch) > 100
-    if prefixes is None and terms is None:
-        found = translate_texts_nbest(translator, batch, split=split, progress=progress)
-    else:  # a prefix or terms are the whole line's: it is translated whole
-        found = translator.translate_nbest(batch, None, progress, prefixes, terms)
+    found = translate_texts_nbest(translator, batch, None, split, len(batch) > 100, prefixes, terms)
     for i, hyps in enumerate(found):
         if translator.config.decode.nbest == 1:
             typer.echo(hyps[0][0])
@@ -273,7 +269,13 @@ def evaluate_command(
     ] = "both",
     constraints: ConstraintsOption = None,
     glossary: GlossaryOption = None,
-    out: Annotated[str | None, typer.Option(help="Write the hypotheses to this file.")] = None,
+    out: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Write the hypotheses to this file, one a line. Repeated: then each "
+            "--system's, in order."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     batch_tokens: BatchTokensOption = None,
     device: DeviceOption = "auto",
@@ -295,6 +297,12 @@ def evaluate_command(
     from ..text import translate_texts
 
     tests = significance.parse_tests(paired)
+    outs = [Path(path) for path in out or []]
+    if len(outs) > 1 + len(system or []):
+        raise ConfigError(
+            f"--out given {len(outs)} times for {1 + len(system or [])} decoded systems "
+            "(CHECKPOINT and each --system)"
+        )
 
     options = dict(beam=beam, batch_tokens=batch_tokens, seed=seed)
     translator = _open(checkpoint, config, set_, device, engine, threads, ensemble, **options)
@@ -304,19 +312,18 @@ def evaluate_command(
     terms = terms_of(found[1], constraints, glossary)
 
     def texts_of(system):  # every system decodes as the first: split into sentences or not
-        return lambda texts: translate_texts(system, texts, split=split_sentences, progress=True)
+        options = dict(split=split_sentences, progress=True, terms=terms)
+        return lambda texts: translate_texts(system, texts, **options)
 
-    result, hypotheses = evaluate(translator, *found, texts_of(translator), terms)
-    if out:
-        atomic_write_text(Path(out), "".join(h + "\n" for h in hypotheses))
+    result, hypotheses = evaluate(translator, *found, texts_of(translator))
+    others = [
+        (path, _open(path, config, set_, device, engine, threads, **options))
+        for path in system or []
+    ]
+    decoded = [(path, evaluate(other, *found, texts_of(other))[1]) for path, other in others]
+    for path, (_, lines) in zip(outs, [(checkpoint, hypotheses), *decoded]):
+        atomic_write_text(path, "".join(h + "\n" for h in lines))
     if system or hyp:
-        others = [
-            (path, _open(path, config, set_, device, engine, threads, **options))
-            for path in system or []
-        ]
-        decoded = [
-            (path, evaluate(other, *found, texts_of(other), terms)[1]) for path, other in others
-        ]
         systems = [(checkpoint, hypotheses), *decoded, *given]
         result["systems"] = significance.paired_tests(systems, found[2], tests)
     if as_json:

@@ -284,8 +284,10 @@ def read_pairs(files: list[str], cfg: DataConfig, key: str) -> list[Pair]:
 
 
 def read_lines(path: str, option: str) -> list[str]:
-    """The lines of a UTF-8 text file, or of stdin for "-"; an encoding error or a NUL byte
-    (a binary file, not text: refused) names the file and the line."""
+    """The lines of a UTF-8 text file, or of stdin for "-", ended by a line feed (its CR
+    dropped) as training's aligned text, sacreBLEU and `wc -l` count them: another line
+    separator of Unicode's (U+2028, a form feed) is inside a line. An encoding error or a
+    NUL byte (a binary file, not text: refused) names the file and the line."""
     name = "stdin" if path == "-" else f"{option} {path}"
     if path == "-":
         stream = sys.stdin
@@ -298,7 +300,10 @@ def read_lines(path: str, option: str) -> list[str]:
         raise InputError(f"{option} {path}: no such file")
     else:
         data = Path(path).read_bytes()
-    return decode_text(data, name).splitlines()
+    lines = decode_text(data, name).split("\n")
+    if lines[-1] == "":  # the last line's line feed, or an empty file
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
 
 
 def decode_text(data: bytes, name: str, line: int = 1) -> str:

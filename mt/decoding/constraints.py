@@ -110,18 +110,22 @@ class Constraints:
 
 
 def encode_constraints(
-    tokenizer: Tokenizer, terms: Sequence[Sequence[str]], limits: Sequence[int]
+    tokenizer: Tokenizer,
+    terms: Sequence[Sequence[str]],
+    limits: Sequence[int],
+    numbers: Sequence[int] | None = None,
 ) -> list[Constraints | None]:
-    """Each text's target terms (none: None) as Constraints, a term as written and after a
-    space. Refused in one line: a term that tokenizes to nothing, and terms whose tokens
-    cannot fit in the text's output limit (`limits`)."""
+    """Each source's target terms (none: None) as Constraints, a term as written and after a
+    space. Refused in one line naming the text (`numbers`: each source's, 1, 2 ... unless
+    given): a term that tokenizes to nothing, and terms whose tokens cannot fit in the
+    source's output limit (`limits`)."""
     found: list[Constraints | None] = []
     pieces = tokenizer.decode_batch([[i] for i in range(tokenizer.get_vocab_size())])
     word_final = frozenset(i for i, p in enumerate(pieces) if p[-1:].isalnum())
     space_initial = frozenset(
         i for i, p in enumerate(pieces) if p[:1].isspace() or tok.starts_word(tokenizer, i)
     )
-    for number, (words, limit) in enumerate(zip(terms, limits), start=1):
+    for number, words, limit in zip(numbers or range(1, len(terms) + 1), terms, limits):
         variants = []
         for word in dict.fromkeys(words):  # a term twice is one term
             phrases = [p for p in tok.encode(tokenizer, [word.strip(), " " + word.strip()]) if p]

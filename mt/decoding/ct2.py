@@ -2,10 +2,17 @@
 `ctranslate2` engine.
 
 Decoding maps our options to CT2's: beam, n-best, `decode.alpha`, no-repeat n-grams,
-batches of about `batch_tokens` source tokens. CT2 divides a hypothesis's log-probability by
-L ** alpha, ours by GNMT's ((5 + L) / 6) ** alpha: its hypotheses are rescored with ours
-(greedy search is unaffected; the beam search itself may rarely differ). PAD and BOS are
-never generated, as in ours.
+batches of about `batch_tokens` source tokens, a forced target prefix (its `target_prefix`)
+and sampling (`decode.sampling`, `temperature`, `top_k`, `top_p`: its `sampling_*`, n-best
+samples as `num_hypotheses`). CT2 divides a hypothesis's log-probability by L ** alpha, ours
+by GNMT's ((5 + L) / 6) ** alpha: its hypotheses are rescored with ours (greedy search is
+unaffected; the beam search itself may rarely differ). With a prefix CT2's scores leave the
+prefix's tokens out (ours count them; a text's hypotheses share it, so rank alike). PAD and
+BOS are never generated, as in ours. CT2 has neither ensembles nor lexical constraints.
+
+CT2 seeds each worker thread's generator once, when the thread first samples, from the
+process's seed (`set_random_seed`); so a sampling call runs on a translator opened after
+seeding, and the same `decode.seed` gives the same samples, as the torch engine's does.
 
 `ctranslate2` is an optional extra (pip install 'mt[export]'), imported only in here.
 """
@@ -18,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from tokenizers import Tokenizer
 
 from ..config import Config, DecodeConfig, ModelConfig
@@ -72,10 +78,17 @@ class Exported:
     path: Path
     manifest: dict[str, Any]
     device: str = "cpu"
+    threads: int = 0
 
     def __post_init__(self) -> None:  # the lookups of every translation, made once
         self.src_tokens = vocabulary(self.src_tokenizer)  # CT2 reads tokens, not ids
+        self.tgt_tokens = vocabulary(self.tgt_tokenizer)
         self.tgt_ids = self.tgt_tokenizer.get_vocab()
+
+    def seeded(self, seed: int) -> Any:
+        """A translator of the same model whose samples start from `seed` (see above)."""
+        ctranslate2().set_random_seed(seed)
+        return _translator(self.path, self.device, self.threads)
 
     @property
     def cfg(self) -> ModelConfig:  # as a Transformer's
@@ -100,43 +113,48 @@ def _manifest(path: Path) -> dict[str, Any]:
 
 def load(path: str | Path, device: str = "cpu", threads: int = 0) -> Exported:
     """An exported folder's translator (`threads` 0: CT2's default) and tokenizers."""
-    ct2 = ctranslate2()
     path = Path(path)
     manifest = _manifest(path)
     config = read_config(path)
-    kind = "cuda" if str(device).startswith("cuda") else "cpu"
-    index = int(str(device).partition(":")[2] or 0)
+    translator = _translator(path, str(device), threads)
+    src = Tokenizer.from_file(str(path / manifest["src_tokenizer"]))
+    tgt = Tokenizer.from_file(str(path / manifest["tgt_tokenizer"]))
+    return Exported(translator, config, src, tgt, path, manifest, str(device), threads)
+
+
+def _translator(path: Path, device: str, threads: int) -> Any:
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    index = int(device.partition(":")[2] or 0)
     try:
-        translator = ct2.Translator(
+        return ctranslate2().Translator(
             str(path), device=kind, device_index=index, intra_threads=threads
         )
     except (RuntimeError, ValueError) as e:
         raise InputError(f"{path}: CTranslate2 cannot load it ({e})") from None
-    src = Tokenizer.from_file(str(path / manifest["src_tokenizer"]))
-    tgt = Tokenizer.from_file(str(path / manifest["tgt_tokenizer"]))
-    return Exported(translator, config, src, tgt, path, manifest, str(device))
 
 
 def translate_nbest(
-    exported: Exported, texts: Sequence[str], cfg: DecodeConfig
+    exported: Exported,
+    texts: Sequence[str],
+    cfg: DecodeConfig,
+    prefixes: Sequence[str] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """As `mt.decoding.translate.translate_nbest`: up to `cfg.nbest` (text, score) pairs per text,
     best first; the score is the length-normalised log-probability (NaN for greedy search).
+    `prefixes`: the target text each translation starts with ("": none), one per text.
 
     Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
     from ..model import max_length
     from .pieces import source_pieces
-    from .search import output_lengths, within_positions
-    from .translate import decode_batch_tokens
+    from .translate import decode_batch_tokens, output_limits, piece_prefixes
 
     pieces = source_pieces(exported.src_tokenizer, texts, max_length(exported.cfg))
     ids = pieces.ids
-    lengths = torch.tensor([len(x) + 1 for x in ids], dtype=torch.long)  # EOS counted
-    limits = within_positions(output_lengths(lengths, cfg.max_len_a, cfg.max_len_b), exported.cfg)
-    limits = limits.tolist()
-    greedy = cfg.greedy
+    limits = output_limits(exported.cfg, ids, cfg)
+    forced = piece_prefixes(exported.tgt_tokenizer, pieces, prefixes, limits)
+    scored = cfg.sampling or not cfg.greedy
     out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
     todo = [i for i, x in enumerate(ids) if x]
     if not todo:
@@ -144,27 +162,39 @@ def translate_nbest(
     pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
     vocab_size = exported.tgt_tokenizer.get_vocab_size()
     budget = decode_batch_tokens(cfg, exported.cfg, vocab_size, exported.device)
-    results = exported.translator.translate_batch(
+    rows = cfg.nbest if cfg.sampling else cfg.beam  # decoded per source
+    if cfg.sampling:
+        translator = exported.seeded(cfg.seed or 0)
+        search = dict(beam_size=1, num_hypotheses=cfg.nbest, sampling_topk=cfg.top_k)
+        search.update(sampling_topp=cfg.top_p, sampling_temperature=cfg.temperature)
+    else:
+        translator = exported.translator
+        hypotheses = cfg.nbest if cfg.greedy else max(cfg.nbest, cfg.beam)
+        search = dict(beam_size=cfg.beam, num_hypotheses=hypotheses)
+    target_prefix = None
+    if forced is not None:
+        target_prefix = [[exported.tgt_tokens[t] for t in forced[i]] or None for i in todo]
+    results = translator.translate_batch(
         [[exported.src_tokens[t] for t in ids[i]] for i in todo],
-        max_batch_size=max(1, budget // cfg.beam),  # ours counts a source token a beam
+        target_prefix,
+        max_batch_size=max(1, budget // rows),  # ours counts a source token a row
         batch_type="tokens",
-        beam_size=cfg.beam,
-        num_hypotheses=cfg.nbest if greedy else max(cfg.nbest, cfg.beam),
+        **search,
         length_penalty=cfg.alpha,
         no_repeat_ngram_size=cfg.no_repeat_ngram,
         max_decoding_length=max(limits[i] for i in todo) + 1,  # room for EOS
         max_input_length=0,  # the pieces fit already
         min_decoding_length=0,  # CT2 forbids an empty output by default, renormalising
-        return_scores=not greedy,
+        return_scores=scored,
         suppress_sequences=[[pad], [bos]],
     )
     for i, result in zip(todo, results):
-        out[i] = _ranked(result, exported, limits[i], cfg, greedy)
+        out[i] = _ranked(result, exported, limits[i], cfg, scored)
     return pieces.joined(out)
 
 
 def _ranked(
-    result: Any, exported: Exported, limit: int, cfg: DecodeConfig, greedy: bool
+    result: Any, exported: Exported, limit: int, cfg: DecodeConfig, scored: bool
 ) -> list[tuple[str, float]]:
     """One source's CT2 result as up to `cfg.nbest` (text, score) pairs, best first, each
     output cut to its own length limit."""
@@ -172,7 +202,7 @@ def _ranked(
 
     hyps = [[exported.tgt_ids[t] for t in h[:limit]] for h in result.hypotheses]
     texts = tok.decode(exported.tgt_tokenizer, hyps)
-    if greedy:
+    if not scored:
         return [(text, float("nan")) for text in texts]
     # CT2 ranks by logprob / L ** alpha, L counting EOS: rescored by ours, GNMT's
     lengths = [len(h) + 1 for h in result.hypotheses]

@@ -137,13 +137,12 @@ class CT2Translator(Translator):
         self.exported, self.manifest = exported, exported.manifest
 
     def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
-        decode = decode or self.config.decode
-        if decode.sampling or any(prefixes or ()) or any(constraints or ()):
+        if any(constraints or ()):
             raise ConfigError(
-                f"{self.path}: the ctranslate2 engine here neither samples nor takes a prefix "
-                "or constraints; decode the checkpoint it was exported from"
+                f"{self.path}: CTranslate2 has no terminology constraints; decode the "
+                "checkpoint it was exported from with the torch engine"
             )
-        return ct2.translate_nbest(self.exported, texts, decode)
+        return ct2.translate_nbest(self.exported, texts, self.decoding(decode), prefixes)
 
     @property
     def run_dir(self) -> Path:  # the run the export was made from
@@ -188,7 +187,10 @@ def open_translator(
     members = [*ensemble, *(cfg.decode.ensemble or [])]
     if exported:
         if members:
-            raise ConfigError(f"{path}: the ctranslate2 engine cannot decode an ensemble")
+            raise ConfigError(
+                f"{path}: CTranslate2 has no ensembles; decode the checkpoints it was "
+                "exported from with the torch engine"
+            )
         return CT2Translator(ct2.load(path, str(dev), threads), cfg, dev)
     return TorchTranslator(load_ensemble([path, *members], dev), cfg, dev)
 

@@ -74,18 +74,12 @@ def evaluate(
     name: str,
     sources: list[str],
     references: list[str],
-    translate: Callable[[list[str]], list[str]] | None = None,
-    constraints: list[list[str]] | None = None,
+    translate: Callable[[list[str]], list[str]],
 ) -> tuple[dict[str, Any], list[str]]:
-    """Translate `sources` (with a progress bar) and score them against `references`: (the
-    result `mt evaluate` prints, the hypotheses). By `translate` where given (as mt.text's
-    sentence splitting does); a source with `constraints` is translated whole, containing
-    its terms."""
+    """Translate `sources` by `translate` (mt.text's, with `translator`) and score them
+    against `references`: (the result `mt evaluate` prints, the hypotheses)."""
     started = time.perf_counter()
-    if translate is None or constraints is not None:
-        hypotheses = translator.translate(sources, progress=True, constraints=constraints)
-    else:
-        hypotheses = translate(sources)
+    hypotheses = translate(sources)
     seconds = time.perf_counter() - started
     result = dict(
         bleu_chrf(hypotheses, references),

@@ -52,6 +52,11 @@ class Pieces:
     ids: list[list[int]]
     counts: list[int]
 
+    @property
+    def numbers(self) -> list[int]:
+        """The number (from 1) of the text each piece is of, for messages about a text."""
+        return [k for k, count in enumerate(self.counts, start=1) for _ in range(count)]
+
     def first(self, values: Sequence[T], rest: T) -> list[T]:
         """One value per piece: each text's on its first piece, `rest` on the others."""
         return [

@@ -6,7 +6,10 @@ sentence's output has at most `max_len` tokens before EOS, which is then forced;
 `output_lengths` gives the usual a * source_length + b. PAD and BOS are never generated.
 The special ids are the model's (`model.cfg`: pad_id, bos_id, eos_id). A `prefix` (B, P) of
 target tokens, FREE (0) where a sentence's is shorter, forces each hypothesis's first tokens;
-the search continues from them. Put the model in eval mode first.
+the search continues from them. Beam search's `no_repeat_ngram` counts the prefix's n-grams,
+as fairseq's history holds its prefix, but never bans a forced token (fairseq bans after
+forcing, so a prefix that repeats an n-gram leaves its rows nothing to take). Put the model in
+eval mode first.
 """
 
 from __future__ import annotations
@@ -259,10 +262,13 @@ def _beam_search(
         _forbid(logprobs, force_eos, model.cfg)
         if hf and force_eos is not None:  # transformers' ForcedEOSTokenLogitsProcessor
             logprobs[:, eos].masked_fill_(force_eos, 0.0)
+        forced = _forced_at(prefix, t, sent)
         if cfg.no_repeat_ngram and t >= cfg.no_repeat_ngram:
             banned = _repeated_ngrams(history[:, :t], cfg.no_repeat_ngram, logprobs.size(1))
+            if forced is not None:  # a forced row keeps its token
+                banned &= (forced == FREE).repeat_interleave(beam).unsqueeze(1)
             logprobs.masked_fill_(banned, NEG_INF)
-        if (forced := _forced_at(prefix, t, sent)) is not None:
+        if forced is not None:
             _force(logprobs, forced.repeat_interleave(beam))
         # the 2k best extensions: at most k end in EOS (one per beam), so k others remain
         cand, origin, word = best_extensions(logprobs, alive, 2 * beam)  # (N, 2k) each

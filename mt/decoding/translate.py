@@ -24,7 +24,7 @@ from ..messages import say
 from ..model import Transformer, max_length
 from .constraints import Constraints, constrained_beam_search, encode_constraints
 from .ensemble import Ensemble
-from .pieces import source_pieces
+from .pieces import Pieces, source_pieces
 from .sampling import sample
 from .search import (
     FREE,
@@ -56,15 +56,16 @@ def translate_nbest(
     cut into pieces has both on its first piece)."""
     pieces = source_pieces(src_tokenizer, texts, max_length(model.cfg))
     ids = pieces.ids
-    forced = None if prefixes is None else pieces.first(tok.encode(tgt_tokenizer, prefixes), [])
+    limits = output_limits(model.cfg, ids, cfg)
+    forced = piece_prefixes(tgt_tokenizer, pieces, prefixes, limits)
     terms = None
     if constraints is not None:
         if cfg.sampling:
             raise ConfigError("constraints need beam search: decode.sampling samples")
         if len(constraints) != len(texts):
             raise ConfigError(f"{len(constraints)} lists of terms for {len(texts)} texts")
-        limits = output_limits(model, ids, cfg)
-        terms = encode_constraints(tgt_tokenizer, pieces.first(constraints, []), limits)
+        first = pieces.first(constraints, [])
+        terms = encode_constraints(tgt_tokenizer, first, limits, pieces.numbers)
     hypotheses = translate_ids(model, ids, cfg, device, progress, forced, terms)
     flat = tok.decode(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
     out, start = [], 0
@@ -104,7 +105,8 @@ def translate_ids(
     constraints: Sequence[Constraints | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """Hypotheses (token ids and scores) for each source (ids that fit the model), in order,
-    each starting with its `prefixes` tokens and containing its `constraints` if given. A
+    each starting with its `prefixes` tokens (that fit: `piece_prefixes`) and containing its
+    `constraints` if given. A
     batch too big for the device's memory is halved (said once) until it fits. Sampling draws
     from a generator seeded with `cfg.seed` (None: 0) for the whole call."""
     device = torch.device(device)
@@ -112,8 +114,6 @@ def translate_ids(
     plan = plan_for(device)
     if cfg.sampling or isinstance(model, Ensemble):  # no CUDA graphs: see `Plan`
         plan = dataclasses.replace(plan, buckets=False, graph=False)
-    if prefixes is not None:
-        check_prefixes(model, ids, prefixes, cfg)
     search = _searcher(cfg, device)
     model.eval()
     results: list[list[Hypothesis]] = [[] for _ in ids]
@@ -192,32 +192,35 @@ def _searcher(cfg: DecodeConfig, device: torch.device):
     return lambda model, src, plan, prefix: beam_search(model, src, cfg, plan, prefix)
 
 
-def check_prefixes(
-    model: Transformer,
-    ids: Sequence[Sequence[int]],
-    prefixes: Sequence[Sequence[int]],
-    cfg: DecodeConfig,
-) -> None:
-    """Refuse a prefix longer than its sentence's output may be (decode.max_len_a/b, the
-    model's positions): the search could not end after it."""
-    if len(prefixes) != len(ids):
-        raise ConfigError(f"{len(prefixes)} prefixes for {len(ids)} texts: give one per text")
-    for number, (prefix, limit) in enumerate(
-        zip(prefixes, output_limits(model, ids, cfg)), start=1
-    ):
+def piece_prefixes(
+    tokenizer: Tokenizer, pieces: Pieces, prefixes: Sequence[str] | None, limits: Sequence[int]
+) -> list[list[int]] | None:
+    """Each piece's forced target tokens: a text's `prefixes` text (one per text) on its
+    first piece. Refused, naming the text: a prefix longer than its piece's output may be
+    (`limits`: decode.max_len_a/b, the model's positions), for the search could not end
+    after it."""
+    if prefixes is None:
+        return None
+    if len(prefixes) != len(pieces.counts):
+        raise ConfigError(
+            f"{len(prefixes)} prefixes for {len(pieces.counts)} texts: give one per text"
+        )
+    forced = pieces.first(tok.encode(tokenizer, prefixes), [])
+    for prefix, limit, number in zip(forced, limits, pieces.numbers):
         if len(prefix) > limit:
             raise ConfigError(
                 f"text {number}: its prefix has {len(prefix)} tokens, more than the {limit} "
                 "its translation may have (decode.max_len_a, decode.max_len_b)"
             )
+    return forced
 
 
-def output_limits(model: Transformer, ids: Sequence[Sequence[int]], cfg: DecodeConfig) -> list[int]:
+def output_limits(model: ModelConfig, ids: Sequence[Sequence[int]], cfg: DecodeConfig) -> list[int]:
     """The most tokens each source's output may have (decode.max_len_a/b, the source's EOS
-    counted, within the model's positions)."""
+    counted, within the model's positions), for either engine."""
     lengths = torch.tensor([len(src) + 1 for src in ids], dtype=torch.long)
     limits = output_lengths(lengths, cfg.max_len_a, cfg.max_len_b)
-    return within_positions(limits, model.cfg).tolist()
+    return within_positions(limits, model).tolist()
 
 
 def _prefix_batch(

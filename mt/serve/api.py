@@ -169,10 +169,11 @@ class Api:
         a whole text's) are translated whole."""
         from ..text import Layouts
 
-        if prefixes is not None or terms is not None:
-            return await self.service.submit(texts, beam, nbest, prefixes, terms)
-
-        layouts, most, found = Layouts(texts), self.settings.max_texts, []
+        steered = prefixes is not None or terms is not None
+        layouts, most, found = Layouts(texts, not steered), self.settings.max_texts, []
+        if steered:
+            found = await self.service.submit(layouts.sentences, beam, nbest, prefixes, terms)
+            return layouts.joined(found)
         for start in range(0, len(layouts.sentences), most):
             found += await self.service.submit(layouts.sentences[start : start + most], beam, nbest)
         return layouts.joined(found)

@@ -13,7 +13,7 @@ best. `alternatives` on the server are these, after the best.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .sentences import Layout, split_sentences
 
@@ -48,21 +48,22 @@ def translate_texts_nbest(
     decode: DecodeConfig | None = None,
     split: bool = True,
     progress: bool = False,
+    prefixes: Sequence[str] | None = None,
+    terms: Sequence[Sequence[str]] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Up to `decode.nbest` (translation, score) pairs of each text, best first, its layout
-    kept; `split` False: each text is one sentence (text already one sentence a line)."""
-    layouts = Layouts(texts, split)
-    return layouts.joined(translator.translate_nbest(layouts.sentences, decode, progress))
+    kept; `split` False: each text is one sentence (text already one sentence a line).
+    `prefixes` (a target text each translation starts with) and `terms` (target terms each
+    contains) are a whole text's: given either, every text is translated whole."""
+    steered = prefixes is not None or terms is not None
+    layouts = Layouts(texts, split and not steered)
+    found = translator.translate_nbest(layouts.sentences, decode, progress, prefixes, terms)
+    return layouts.joined(found)
 
 
 def translate_texts(
-    translator: Translator,
-    texts: list[str],
-    decode: DecodeConfig | None = None,
-    split: bool = True,
-    progress: bool = False,
+    translator: Translator, texts: Sequence[str], *args: Any, **options: Any
 ) -> list[str]:
-    """The best translation of each text, its layout kept (see translate_texts_nbest)."""
-    return [
-        hyps[0][0] for hyps in translate_texts_nbest(translator, texts, decode, split, progress)
-    ]
+    """The best translation of each text, its layout kept; the other arguments are
+    translate_texts_nbest's."""
+    return [hyps[0][0] for hyps in translate_texts_nbest(translator, texts, *args, **options)]

@@ -74,11 +74,25 @@ class Layout:
     def joined(self, found: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
         """The n-best of the text from its sentences' n-best (`found`), the layout put back
         around them (mt.decoding.pieces.join_nbest: the k-th joins each sentence's k-th); a
-        text without a sentence comes back as it is (score NaN)."""
+        text without a sentence comes back as it is (score NaN). A sentence on one line is
+        translated on one line, whatever the model wrote (`own_breaks`): the text's line
+        breaks are its layout's, so one line in is one line out."""
         if not self.sentences:
             return [(self.gaps[0], float("nan"))]
+        found = [
+            [(own_breaks(s, t), score) for t, score in hyps]
+            for s, hyps in zip(self.sentences, found)
+        ]
         inner = join_nbest(found, self.gaps[1:-1])
         return [(self.gaps[0] + text + self.gaps[-1], score) for text, score in inner]
+
+
+def own_breaks(source: str, translation: str) -> str:
+    """`translation` with each line break of a kind `source` does not hold made a space: a
+    sentence on one line (every sentence a text was cut into) gets a translation on one
+    line; one read whole keeps the kinds it has."""
+    kinds = set(LINE_BREAK.findall(source))
+    return LINE_BREAK.sub(lambda found: found[0] if found[0] in kinds else " ", translation)
 
 
 def _lines(text: str) -> list[tuple[int, int]]:
