@@ -24,7 +24,7 @@ import random
 import shlex
 from pathlib import Path
 
-from bench_ensemble import FLORES, bleu, cut, mt, options, record, report, tatoeba, train
+from bench_ensemble import FLORES, bleu, budget, cut, mt, options, record, report, tatoeba, train
 
 from mt.data.corpus import read_pairs_jsonl
 
@@ -66,7 +66,16 @@ def run(args: argparse.Namespace) -> dict:
     held_out = {"valid": files["valid"], "test": files["test"]}
     reverse = work / "es-en"
     langs = ("data.src_lang=es", "data.tgt_lang=en")
-    commands = [train(reverse, args.config, args.minutes, {"train": parallel, **held_out}, *langs)]
+    commands = [
+        train(
+            reverse,
+            args.config,
+            args.minutes,
+            {"train": parallel, **held_out},
+            *langs,
+            *args.overrides,
+        )
+    ]
     synthetic = {"beam": work / "mono.beam.en", "sampled": work / "mono.sampled.en"}
     commands.append(back_translate(reverse, mono, synthetic["beam"], "--beam", "5"))
     commands.append(back_translate(
@@ -83,7 +92,9 @@ def run(args: argparse.Namespace) -> dict:
     rows = {}
     for i, (name, corpus) in enumerate(forward.items()):
         folder = work / f"forward-{i}"
-        commands.append(train(folder, args.config, args.minutes, {"train": corpus, **held_out}))
+        commands.append(
+            train(folder, args.config, args.minutes, {"train": corpus, **held_out}, *args.overrides)
+        )
         rows[name] = {"tatoeba": bleu(folder, files["test"]), "flores": bleu(folder, flores)}
     return record(
         args,
@@ -99,7 +110,7 @@ def render(r: dict) -> list[str]:
     lines = [
         "## Back-translation: half of Tatoeba parallel, the other half's Spanish (issue 36)",
         "",
-        f"`{r['config']}`, {r['minutes']:g} minutes a training: the reverse model (es→en) on "
+        f"`{r['config']}`, each training {budget(r)}: the reverse model (es→en) on "
         f"{r['parallel_pairs']:,} parallel pairs, its translations of {r['mono_sentences']:,} "
         "monolingual Spanish sentences (beam 5; sampled, top-k 10, seed 1), and three forward "
         "runs from scratch; BLEU and chrF with beam 5"

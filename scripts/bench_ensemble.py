@@ -98,8 +98,17 @@ def record(args: argparse.Namespace, **fields: object) -> dict:
         "config": args.config,
         "minutes": args.minutes,
         "limit": args.limit,
+        "overrides": args.overrides,
         **fields,
     }
+
+
+def budget(r: dict) -> str:
+    """A training's budget as the record gives it: minutes, or the --set values given."""
+    given = ", ".join(f"`{o}`" for o in r["overrides"])
+    return (
+        given if not r["minutes"] else f"{r['minutes']:g} minutes" + (f", {given}" if given else "")
+    )
 
 
 def options(doc: str, out: str) -> argparse.ArgumentParser:
@@ -110,6 +119,10 @@ def options(doc: str, out: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", default="tatoeba_cpu.yaml")
     parser.add_argument("--minutes", type=float, default=20.0, help="train.max_minutes")
     parser.add_argument("--limit", type=int, default=0, help="pairs of each file (0: all)")
+    parser.add_argument(
+        "--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
+        help="for every training, e.g. train.max_steps=1051 with --minutes 0 (a fixed compute)",
+    )  # fmt: skip
     return parser
 
 
@@ -124,7 +137,7 @@ def run(args: argparse.Namespace) -> dict:
     files = tatoeba(args.data.resolve(), work, args.limit)
     runs = {seed: work / f"seed-{seed}" for seed in args.seeds}
     commands = [
-        train(folder, args.config, args.minutes, files, f"run.seed={seed}")
+        train(folder, args.config, args.minutes, files, f"run.seed={seed}", *args.overrides)
         for seed, folder in runs.items()
     ]
     first, second = runs.values()
@@ -143,7 +156,7 @@ def render(r: dict) -> list[str]:
     lines = [
         "## An ensemble of two recipe runs against each alone and averaging (issue 36)",
         "",
-        f"`{r['config']}` trained twice from scratch, {r['minutes']:g} minutes each, other "
+        f"`{r['config']}` trained twice from scratch ({budget(r)}), other "
         "`run.seed`s; BLEU and chrF with beam 5 on the Tatoeba test"
         + (f" (its first {r['limit']} pairs, trained on {r['limit']})" if r["limit"] else "")
         + f". Machine: {r['machine']}. Command: `{r['command']}`.",
