@@ -11,9 +11,18 @@ models, because Marian has no layout to choose: our own models keep their tables
 weights are the same numbers reordered. The tokenizer goes out as `tokenizer.json` (our
 byte-level BPE, `</s>` appended by its post-processor) that AutoTokenizer loads as a fast
 tokenizer, for both sides: a joint vocabulary. A Marian model brought in goes back out with
-its own SentencePiece files. The generation config carries the run's beam and length
-penalty (transformers' L ** alpha, mt's decode.rules transformers) and forbids PAD and BOS,
-as our search does. What MarianMT cannot hold is refused in one line.
+its own SentencePiece files. What MarianMT cannot hold is refused in one line.
+
+The generation config carries the run's beam and makes transformers' beam search as close to
+ours as its options allow (`search_options`), and forbids PAD and BOS, as our search does.
+Under mt's rules (decode.rules mt) two differences cannot be written there: the length
+penalty, GNMT's ((5 + L) / 6) ** alpha where transformers divides by L ** length_penalty,
+and the length limit, a * source length + b tokens per sentence where transformers has one
+for all (the model's positions). The penalty is matched where it decides: the exponent whose
+L ** p falls with L as GNMT's does, d log / d log L = alpha * L / (5 + L), averaged over the
+run's validation targets (EOS counted); and early_stopping "never" stops as ours does, when
+no live hypothesis can beat the best finished one even at the longest length. Under
+decode.rules transformers the run's alpha and transformers' own stopping are exact.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..config import SPECIAL_TOKENS, Config
@@ -30,6 +40,11 @@ from ..decoding.ct2 import known_bleu
 from ..errors import ConfigError
 from ..files import atomic_path
 from ..marian import TOKENIZER_FILES, require_hf, weight_names
+from ..model import max_length
+from ..run_folder import data_dir, store_files
+
+GNMT_OFFSET = 5  # GNMT's penalty ((5 + L) / 6) ** alpha
+TYPICAL_LENGTH = 25  # target tokens, EOS counted, where the run's validation set is not at hand
 
 ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "swish": "swish"}
 
@@ -60,7 +75,7 @@ def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> P
         raise ConfigError(f"{file}: MarianMT cannot hold {why}")
     require_hf()
     loaded = ckpt.load(file)
-    model = marian_model(loaded.model, config)
+    model = marian_model(loaded.model, config, target_lengths(ckpt.run_dir_of(file, config)))
     with atomic_path(out) as tmp:
         model.save_pretrained(tmp)
         _save_tokenizer(loaded, config, tmp)
@@ -68,8 +83,29 @@ def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> P
     return out
 
 
-def marian_model(model: Any, config: Config) -> Any:
-    """A transformers MarianMTModel holding our Transformer's weights."""
+def target_lengths(run_dir: Path) -> np.ndarray:
+    """The run's validation targets' lengths in tokens, EOS counted (its prepared store), or
+    TYPICAL_LENGTH where the store is not there (a Marian folder, a checkpoint moved away)."""
+    offsets = store_files(data_dir(run_dir), "valid", "tgt")[1]
+    lengths = np.diff(np.fromfile(offsets, np.int64)) + 1 if offsets.is_file() else []
+    return lengths if len(lengths) else np.array([TYPICAL_LENGTH])
+
+
+def search_options(config: Config, lengths: np.ndarray) -> dict[str, Any]:
+    """generation_config.json's beam search: transformers' own rules under decode.rules
+    transformers, else mt's as near as transformers can (the module's docstring)."""
+    d = config.decode
+    longest = max_length(config.model) + 1  # our longest output, its EOS counted
+    options: dict[str, Any] = {"num_beams": d.beam, "max_new_tokens": longest}
+    if d.rules == "transformers":
+        return options | {"length_penalty": d.alpha}
+    slope = d.alpha * lengths / (GNMT_OFFSET + lengths)
+    return options | {"length_penalty": round(float(slope.mean()), 4), "early_stopping": "never"}
+
+
+def marian_model(model: Any, config: Config, lengths: np.ndarray) -> Any:
+    """A transformers MarianMTModel holding our Transformer's weights, its generation config
+    from `search_options` (`lengths`: those of the run's targets)."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
     m, vocab = config.model, model.out.out_features
@@ -106,9 +142,7 @@ def marian_model(model: Any, config: Config) -> Any:
         raise AssertionError(f"MarianMTModel's names: {missing} missing, {unexpected} unknown")
     marian.tie_weights()
     marian.generation_config = GenerationConfig(
-        num_beams=config.decode.beam,
-        length_penalty=config.decode.alpha,
-        max_length=m.max_positions,
+        **search_options(config, lengths),
         bad_words_ids=[[i] for i in forbidden],
         **special_ids,
     )
@@ -170,6 +204,11 @@ def _save_tokenizer(loaded: Any, config: Config, folder: Path) -> None:
         clean_up_tokenization_spaces=False,
     )
     fast.save_pretrained(folder)
+    # the class name transformers 4 and 5 both load (5 writes its own, TokenizersBackend)
+    config_file = folder / "tokenizer_config.json"
+    tokenizer_config = json.loads(config_file.read_text(encoding="utf-8"))
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_file.write_text(json.dumps(tokenizer_config, indent=2), encoding="utf-8")
 
 
 def model_card(config: Config, metadata: dict[str, str]) -> str:
@@ -194,8 +233,8 @@ def model_card(config: Config, metadata: dict[str, str]) -> str:
         f"for {metadata.get('step', '?')} updates and exported as a MarianMT model.\n\n"
         f"- Training data: {json.dumps(data)}\n"
         f"- Validation BLEU: {'n/a' if bleu is None else f'{bleu:.2f}'}\n"
-        f"- Decoding: beam {config.decode.beam}, length penalty {config.decode.alpha} "
-        "(generation_config.json)\n\n"
+        f"- Decoding: beam {config.decode.beam}, length penalty {config.decode.alpha} in `mt` "
+        "(GNMT's; generation_config.json holds transformers' nearest)\n\n"
         "## How to use\n\n```python\nfrom transformers import pipeline\n\n"
         'translate = pipeline("translation", model="THIS_FOLDER_OR_HUB_ID")\n'
         f'print(translate("Hello, world.")[0]["translation_text"])\n```\n'
