@@ -16,6 +16,7 @@ from conftest import FLORES, TATOEBA_TEST, read_pairs
 from mt import checkpoint as ckpt
 from mt.config import DecodeConfig
 from mt.data import tokenizer as tok
+from mt.decoding.engine import open_translator
 from mt.decoding.search import beam_search, greedy
 from mt.errors import ConfigError
 
@@ -223,6 +224,16 @@ def test_a_marian_model_fine_tunes_resumes_exactly_and_goes_back_out(
     with torch.no_grad():
         diff = model(**batch).logits - loaded.model(batch["input_ids"], tgt_in)
     assert diff[batch["labels"] != loaded.model.cfg.pad_id].abs().max() < 1e-4
+
+    pytest.importorskip("ctranslate2")
+    ct2 = tmp_path / "ct2"  # swish, halves, the logits bias and PAD starting the decoder
+    code, _, err = cli_main("export", str(straight), "--out", str(ct2))
+    assert code == 0, err
+    texts = [p["en"] for p in read_pairs(TATOEBA_TEST, 6)]
+    fp32 = ["decode.precision=fp32", "decode.beam=1"]
+    ours = open_translator(straight, device="cpu", decode=fp32).translate(texts)
+    assert open_translator(ct2, device="cpu", decode=fp32).translate(texts) == ours
+    assert all(ours)
 
 
 def test_fine_tuning_with_another_model_key_is_refused(marian_small, corpus_file, tmp_path):

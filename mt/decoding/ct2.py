@@ -4,8 +4,10 @@
 Decoding maps our options to CT2's: beam, n-best, `decode.alpha`, no-repeat n-grams,
 batches of about `batch_tokens` source tokens. CT2 divides a hypothesis's log-probability by
 L ** alpha, ours by GNMT's ((5 + L) / 6) ** alpha: its hypotheses are rescored with ours
-(greedy search is unaffected; the beam search itself may rarely differ). PAD and BOS are
-never generated, as in ours.
+(greedy search is unaffected; the beam search itself may rarely differ). PAD and BOS (the
+model's own ids: a Marian model's are one token) are never generated, as in ours. CT2 reads
+and writes token strings: sources are cut by the run's tokenizers (ours, or a Marian
+model's SentencePiece ones, mt.data.spm) and their ids looked up in the vocabulary.
 
 `ctranslate2` is an optional extra (pip install 'mt[export]'), imported only in here.
 """
@@ -56,9 +58,14 @@ def known_bleu(meta: dict[str, str]) -> float | None:
 def vocabulary(tokenizer: Tokenizer) -> list[str]:
     """The vocabulary as token strings, by id."""
     tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
-    if tokens[: len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS) or None in tokens:
-        raise ConfigError(f"the vocabulary does not start with {' '.join(SPECIAL_TOKENS)}")
+    if None in tokens:
+        raise ConfigError(f"the vocabulary has no token for id {tokens.index(None)}")
     return tokens
+
+
+def unk_token(tokenizer: Tokenizer) -> str:
+    """The tokenizer's unknown token: a Marian model's own (mt.data.spm), else mt's."""
+    return getattr(tokenizer, "specials", {}).get("unk", SPECIAL_TOKENS[3])
 
 
 @dataclass
@@ -75,6 +82,7 @@ class Exported:
 
     def __post_init__(self) -> None:  # the lookups of every translation, made once
         self.src_tokens = vocabulary(self.src_tokenizer)  # CT2 reads tokens, not ids
+        self.tgt_tokens = vocabulary(self.tgt_tokenizer)
         self.tgt_ids = self.tgt_tokenizer.get_vocab()
 
     @property
@@ -112,8 +120,8 @@ def load(path: str | Path, device: str = "cpu", threads: int = 0) -> Exported:
         )
     except (RuntimeError, ValueError) as e:
         raise InputError(f"{path}: CTranslate2 cannot load it ({e})") from None
-    src = Tokenizer.from_file(str(path / manifest["src_tokenizer"]))
-    tgt = Tokenizer.from_file(str(path / manifest["tgt_tokenizer"]))
+    files = [path / manifest[f"{side}_tokenizer"] for side in ("src", "tgt")]
+    src, tgt = tok.tokenizers_from_files(files)
     return Exported(translator, config, src, tgt, path, manifest, str(device))
 
 
@@ -141,7 +149,7 @@ def translate_nbest(
     todo = [i for i, x in enumerate(ids) if x]
     if not todo:
         return pieces.joined(out)
-    pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
+    pad, bos = (exported.tgt_tokens[i] for i in (exported.cfg.pad_id, exported.cfg.bos_id))
     vocab_size = exported.tgt_tokenizer.get_vocab_size()
     budget = decode_batch_tokens(cfg, exported.cfg, vocab_size, exported.device)
     results = exported.translator.translate_batch(
