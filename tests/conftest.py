@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -460,11 +460,13 @@ def build_marian(
     pieces: int = 800,
     vocab_size: int | None = None,
     dtype: str = "float32",
+    tokens: Sequence[str] = (),
 ) -> Path:
     """A random-weight MarianMTModel folder as OPUS-MT's are laid out (swish, scaled and tied
     embeddings, eos 0, unk 1, pad = decoder start = the last id, a non-zero logits bias) with
     SentencePiece unigram models of `pieces` pieces a side, trained on 20,000 Tatoeba pairs;
-    `vocab_size`: vocab.json filled up to that many ids (opus-mt-en-es: 65,001)."""
+    `vocab_size`: vocab.json filled up to that many ids (opus-mt-en-es: 65,001); `tokens`:
+    more entries of vocab.json, such as a multilingual model's ">>spa<<"."""
     import io
 
     import sentencepiece as spm
@@ -494,6 +496,8 @@ def build_marian(
         for i in range(model.get_piece_size()):
             if not (model.is_control(i) or model.is_unknown(i)):
                 vocab.setdefault(model.id_to_piece(i), len(vocab))
+    for token in tokens:
+        vocab[token] = len(vocab)
     while vocab_size and len(vocab) < vocab_size - 1:
         vocab[f"▁unused{len(vocab)}"] = len(vocab)
     vocab["<pad>"] = pad = len(vocab)
@@ -549,3 +553,10 @@ def marian_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not TATOEBA_TRAIN.is_file():
         pytest.skip(f"shared data not found in {SHARED}")
     return build_marian(tmp_path_factory.mktemp("marian") / "small")
+
+
+@pytest.fixture(scope="session")
+def marian_multilingual(marian_small: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for a multilingual OPUS-MT model: vocab.json has >>spa<< and >>fra<<."""
+    folder = tmp_path_factory.mktemp("marian") / "multilingual"
+    return build_marian(folder, tokens=(">>spa<<", ">>fra<<"))

@@ -253,3 +253,40 @@ def test_without_the_hf_extra_one_line_says_what_to_install(marian_small, monkey
     with pytest.raises(ConfigError, match=r"pip install 'mt\[hf\]'") as e:
         ckpt.load(marian_small)
     assert "\n" not in str(e.value)
+
+
+def test_a_target_language_leads_every_source_as_marian_tokenizer_puts_it(
+    marian_multilingual,
+):
+    from mt.decoding.pieces import source_pieces
+
+    tokenizer, model = reference(marian_multilingual)
+    en = [p["en"] for p in read_pairs(TATOEBA_TEST, 8)]
+    found = {}
+    for language in ("spa", "fra"):
+        token = f">>{language}<<"
+        limits = ["decode.max_len_a=0", "decode.max_len_b=9", "decode.beam=1"]
+        decode = ["decode.precision=fp32", *limits, f"decode.target_language={language}"]
+        translator = open_translator(marian_multilingual, device="cpu", decode=decode)
+        marian = tokenizer([f"{token} {text}" for text in en])["input_ids"]
+        ours = source_pieces(translator.src_tokenizer, en, 500, language).ids
+        assert [[*ids, translator.model.cfg.eos_id] for ids in ours] == marian
+        inputs = tokenizer([f"{token} {text}" for text in en], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(**inputs, num_beams=1, max_new_tokens=10)
+        found[language] = translator.translate(en)
+        assert found[language] == tokenizer.batch_decode(out, skip_special_tokens=True)
+    assert found["spa"] != found["fra"]  # the token reaches the encoder
+
+
+def test_a_target_language_outside_the_vocabulary_is_one_line(marian_multilingual, cli_main):
+    code, out, err = cli_main(
+        "translate",
+        "--checkpoint",
+        str(marian_multilingual),
+        "--set",
+        "decode.target_language=ita",
+        "Hello.",
+    )
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "decode.target_language: ita: the model's source vocabulary has no >>ita<<" in err

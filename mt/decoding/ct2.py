@@ -139,7 +139,8 @@ def translate_nbest(
     from .search import output_lengths, within_positions
     from .translate import decode_batch_tokens
 
-    pieces = source_pieces(exported.src_tokenizer, texts, max_length(exported.cfg))
+    limit, lead = max_length(exported.cfg), cfg.target_language
+    pieces = source_pieces(exported.src_tokenizer, texts, limit, lead)
     ids = pieces.ids
     lengths = torch.tensor([len(x) + 1 for x in ids], dtype=torch.long)  # EOS counted
     limits = within_positions(output_lengths(lengths, cfg.max_len_a, cfg.max_len_b), exported.cfg)

@@ -21,6 +21,7 @@ from ..config_file import decoding_config
 from ..errors import ConfigError
 from . import ct2
 from .ensemble import load_ensemble
+from .pieces import lead_ids
 
 ENGINES = ("auto", "torch", "ctranslate2")
 
@@ -189,8 +190,11 @@ def open_translator(
     if exported:
         if members:
             raise ConfigError(f"{path}: the ctranslate2 engine cannot decode an ensemble")
-        return CT2Translator(ct2.load(path, str(dev), threads), cfg, dev)
-    return TorchTranslator(load_ensemble([path, *members], dev), cfg, dev)
+        translator: Translator = CT2Translator(ct2.load(path, str(dev), threads), cfg, dev)
+    else:
+        translator = TorchTranslator(load_ensemble([path, *members], dev), cfg, dev)
+    lead_ids(translator.src_tokenizer, cfg.decode.target_language)  # refused up front
+    return translator
 
 
 def decode_options(**options: Any) -> list[str]:
