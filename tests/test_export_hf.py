@@ -15,7 +15,7 @@ from test_train import tiny_config
 
 from mt import checkpoint as ckpt
 from mt.config import Config, DecodeConfig
-from mt.converters.marian import TYPICAL_LENGTH, search_options, target_lengths, unsupported
+from mt.converters.marian import TYPICAL_LENGTH, search_options, unsupported, validation_lengths
 from mt.decoding.engine import open_translator
 from mt.training.trainer import train
 
@@ -40,8 +40,8 @@ def test_an_exported_run_decodes_in_transformers_as_in_mt(tiny_run, tmp_path, cl
     assert card.startswith("---\nlanguage:\n- en\n- es\n") and "pipeline_tag: translation" in card
     generation = json.loads((out / "generation_config.json").read_text())
     config = ckpt.read_config(tiny_run)
-    lengths = target_lengths(tiny_run)  # the store's validation targets, EOS counted
-    assert len(lengths) > 1 and lengths.min() >= 2
+    lengths = validation_lengths(tiny_run)  # the store's, EOS counted
+    assert sorted(lengths) == ["src", "tgt"] and lengths["tgt"].min() >= 2
     assert generation == {**generation, **search_options(config, lengths)}
     assert generation["early_stopping"] == "never" and generation["num_beams"] == config.decode.beam
     # transformers 4 has no TokenizersBackend, the class name 5 writes
@@ -116,14 +116,18 @@ def test_what_marian_cannot_hold_is_named():
 
 def test_the_generation_config_searches_as_near_to_mt_as_transformers_can(tmp_path):
     config = Config()
-    assert list(target_lengths(tmp_path)) == [TYPICAL_LENGTH]  # no prepared store there
-    lengths = np.array([4, 9, 20])
+    assert validation_lengths(tmp_path) == {}  # no prepared store there
+    lengths = {"src": np.array([3, 30, 7]), "tgt": np.array([4, 9, 20])}
     options = search_options(config, lengths)
-    # L ** p falls with L as GNMT's ((5 + L) / 6) ** alpha does, averaged over the lengths
-    slopes = [config.decode.alpha * n / (5 + n) for n in lengths]
+    # L ** p falls with L as GNMT's ((5 + L) / 6) ** alpha does, averaged over the targets
+    slopes = [config.decode.alpha * n / (5 + n) for n in lengths["tgt"]]
     assert options["length_penalty"] == pytest.approx(sum(slopes) / 3, abs=1e-4)
     assert options["early_stopping"] == "never"  # ours: stop when nothing can beat the best
-    assert options["max_new_tokens"] == config.model.max_positions  # 255 tokens and EOS
+    assert options["max_new_tokens"] == 1.5 * 30 + 10 + 1  # our limit at the longest, EOS
+    unknown = search_options(config, {})  # the model's longest output, a typical length
+    assert unknown["max_new_tokens"] == config.model.max_positions  # 255 tokens and EOS
+    typical = 0.6 * TYPICAL_LENGTH / (5 + TYPICAL_LENGTH)
+    assert unknown["length_penalty"] == pytest.approx(typical, abs=1e-4)
     config.decode.rules = "transformers"  # transformers' own rules: its alpha and stopping
     options = search_options(config, lengths)
     assert options["length_penalty"] == config.decode.alpha and "early_stopping" not in options

@@ -18,11 +18,14 @@ ours as its options allow (`search_options`), and forbids PAD and BOS, as our se
 Under mt's rules (decode.rules mt) two differences cannot be written there: the length
 penalty, GNMT's ((5 + L) / 6) ** alpha where transformers divides by L ** length_penalty,
 and the length limit, a * source length + b tokens per sentence where transformers has one
-for all (the model's positions). The penalty is matched where it decides: the exponent whose
-L ** p falls with L as GNMT's does, d log / d log L = alpha * L / (5 + L), averaged over the
-run's validation targets (EOS counted); and early_stopping "never" stops as ours does, when
-no live hypothesis can beat the best finished one even at the longest length. Under
-decode.rules transformers the run's alpha and transformers' own stopping are exact.
+for all. The penalty is matched where it decides: the exponent whose L ** p falls with L as
+GNMT's does, d log / d log L = alpha * L / (5 + L), averaged over the run's validation
+targets (EOS counted); early_stopping "never" stops as ours does, when no live hypothesis
+can beat the best finished one even at the longest length; and max_new_tokens is our limit
+for the longest validation source, which keeps a looping output as short as ours on the
+sentences the model was made for (a longer source may need a larger max_new_tokens passed
+to generate()). Under decode.rules transformers the run's alpha and transformers' own
+stopping are exact.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 from ..config import SPECIAL_TOKENS, Config
 from ..data.spm import SentencePieceTokenizer
 from ..decoding.ct2 import known_bleu
+from ..decoding.search import output_lengths, within_positions
 from ..errors import ConfigError
 from ..files import atomic_path
 from ..marian import TOKENIZER_FILES, require_hf, weight_names
@@ -75,37 +79,53 @@ def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> P
         raise ConfigError(f"{file}: MarianMT cannot hold {why}")
     require_hf()
     loaded = ckpt.load(file)
-    model = marian_model(loaded.model, config, target_lengths(ckpt.run_dir_of(file, config)))
+    lengths = validation_lengths(ckpt.run_dir_of(file, config))
+    model = marian_model(loaded.model, config, lengths)
     with atomic_path(out) as tmp:
         model.save_pretrained(tmp)
         _save_tokenizer(loaded, config, tmp)
-        (tmp / "README.md").write_text(model_card(config, loaded.metadata), encoding="utf-8")
+        card = model_card(config, loaded.metadata, model.generation_config.max_new_tokens)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
     return out
 
 
-def target_lengths(run_dir: Path) -> np.ndarray:
-    """The run's validation targets' lengths in tokens, EOS counted (its prepared store), or
-    TYPICAL_LENGTH where the store is not there (a Marian folder, a checkpoint moved away)."""
-    offsets = store_files(data_dir(run_dir), "valid", "tgt")[1]
-    lengths = np.diff(np.fromfile(offsets, np.int64)) + 1 if offsets.is_file() else []
-    return lengths if len(lengths) else np.array([TYPICAL_LENGTH])
+def validation_lengths(run_dir: Path) -> dict[str, np.ndarray]:
+    """Each side's ("src", "tgt") validation sentence lengths in tokens, EOS counted, from
+    the run's prepared store; {} where it is not there (a Marian folder, a checkpoint moved
+    away)."""
+    lengths = {}
+    for side in ("src", "tgt"):
+        offsets = store_files(data_dir(run_dir), "valid", side)[1]
+        found = np.diff(np.fromfile(offsets, np.int64)) + 1 if offsets.is_file() else []
+        if len(found):
+            lengths[side] = found
+    return lengths
 
 
-def search_options(config: Config, lengths: np.ndarray) -> dict[str, Any]:
-    """generation_config.json's beam search: transformers' own rules under decode.rules
-    transformers, else mt's as near as transformers can (the module's docstring)."""
+def search_options(config: Config, lengths: dict[str, np.ndarray]) -> dict[str, Any]:
+    """generation_config.json's search, from the run's validation `lengths`
+    (`validation_lengths`): transformers' own rules under decode.rules transformers, else
+    mt's as near as transformers can (the module's docstring). Both stop at mt's limit for
+    the longest validation source (the model's longest output without one): one limit for
+    every sentence, where ours is each sentence's own."""
     d = config.decode
-    longest = max_length(config.model) + 1  # our longest output, its EOS counted
-    options: dict[str, Any] = {"num_beams": d.beam, "max_new_tokens": longest}
+    longest = torch.tensor(max_length(config.model))
+    if "src" in lengths:
+        longest = output_lengths(torch.tensor(lengths["src"].max()), d.max_len_a, d.max_len_b)
+    options: dict[str, Any] = {
+        "num_beams": d.beam,
+        "max_new_tokens": int(within_positions(longest, config.model)) + 1,  # EOS counted
+    }
     if d.rules == "transformers":
         return options | {"length_penalty": d.alpha}
-    slope = d.alpha * lengths / (GNMT_OFFSET + lengths)
+    targets = lengths.get("tgt", np.array([TYPICAL_LENGTH]))
+    slope = d.alpha * targets / (GNMT_OFFSET + targets)
     return options | {"length_penalty": round(float(slope.mean()), 4), "early_stopping": "never"}
 
 
-def marian_model(model: Any, config: Config, lengths: np.ndarray) -> Any:
+def marian_model(model: Any, config: Config, lengths: dict[str, np.ndarray]) -> Any:
     """A transformers MarianMTModel holding our Transformer's weights, its generation config
-    from `search_options` (`lengths`: those of the run's targets)."""
+    from `search_options` (`lengths`: the run's validation lengths)."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
     m, vocab = config.model, model.out.out_features
@@ -211,8 +231,9 @@ def _save_tokenizer(loaded: Any, config: Config, folder: Path) -> None:
     config_file.write_text(json.dumps(tokenizer_config, indent=2), encoding="utf-8")
 
 
-def model_card(config: Config, metadata: dict[str, str]) -> str:
-    """README.md in the Hub's format: languages, data, metrics, how to use."""
+def model_card(config: Config, metadata: dict[str, str], max_new_tokens: int) -> str:
+    """README.md in the Hub's format: languages, data, metrics, how to use (`max_new_tokens`:
+    generation_config.json's)."""
     src, tgt = config.data.src_lang, config.data.tgt_lang
     bleu = known_bleu(metadata)
     data = config.data.files.train or [f"{config.data.name} ({config.data.subset})"]
@@ -234,7 +255,9 @@ def model_card(config: Config, metadata: dict[str, str]) -> str:
         f"- Training data: {json.dumps(data)}\n"
         f"- Validation BLEU: {'n/a' if bleu is None else f'{bleu:.2f}'}\n"
         f"- Decoding: beam {config.decode.beam}, length penalty {config.decode.alpha} in `mt` "
-        "(GNMT's; generation_config.json holds transformers' nearest)\n\n"
+        "(GNMT's; generation_config.json holds transformers' nearest)\n"
+        f"- Output length: at most {max_new_tokens} tokens by default, `mt`'s limit for the "
+        "longest validation sentence; pass `max_new_tokens` for longer inputs\n\n"
         "## How to use\n\n```python\nfrom transformers import pipeline\n\n"
         'translate = pipeline("translation", model="THIS_FOLDER_OR_HUB_ID")\n'
         f'print(translate("Hello, world.")[0]["translation_text"])\n```\n'
