@@ -290,3 +290,53 @@ def test_a_target_language_outside_the_vocabulary_is_one_line(marian_multilingua
     )
     assert code == 2 and out == "" and len(err.splitlines()) == 1
     assert "decode.target_language: ita: the model's source vocabulary has no >>ita<<" in err
+
+
+def test_separate_vocabularies_are_exact_in_and_out(marian_separate, tmp_path, cli_main):
+    tokenizer, model = reference(marian_separate)
+    loaded = ckpt.load(marian_separate)
+    ours = loaded.model
+    assert not loaded.config.tokenizer.joint
+    assert ours.src_embed.num_embeddings != ours.out.out_features  # two vocabularies
+    pairs = read_pairs(TATOEBA_TEST, 100)
+    en, es = [p["en"] for p in pairs], [p["es"] for p in pairs]
+    eos = ours.cfg.eos_id
+    assert [[*x, eos] for x in tok.encode(loaded.src_tokenizer, en)] == tokenizer(en)["input_ids"]
+    targets = tokenizer(text_target=es)["input_ids"]
+    assert [[*x, eos] for x in tok.encode(loaded.tgt_tokenizer, es)] == targets
+    decoded = tokenizer.batch_decode(targets, skip_special_tokens=True)
+    assert tok.decode(loaded.tgt_tokenizer, targets) == decoded
+    batch = tokenizer(en, text_target=es, return_tensors="pt", padding=True)
+    labels = batch["labels"]
+    tgt_in = torch.cat([torch.full((len(en), 1), ours.cfg.bos_id), labels[:, :-1]], 1)
+    with torch.no_grad():
+        theirs = model(**batch).logits
+        mine = ours(batch["input_ids"], tgt_in)
+        out = model.generate(
+            **tokenizer(en, return_tensors="pt", padding=True), num_beams=1, max_new_tokens=10
+        )
+    assert (theirs - mine)[labels != ours.cfg.pad_id].abs().max() < 1e-4
+    found = tok.decode(loaded.tgt_tokenizer, greedy(ours, batch["input_ids"], 9))
+    assert found == tokenizer.batch_decode(out, skip_special_tokens=True)
+
+    back = tmp_path / "hf"
+    code, _, err = cli_main("export", str(marian_separate), "--format", "hf", "--out", str(back))
+    assert code == 0, err
+    for name in ("vocab.json", "target_vocab.json"):
+        assert json.loads((back / name).read_text()) == json.loads(
+            (marian_separate / name).read_text()
+        )
+    before = transformers.MarianMTModel.from_pretrained(marian_separate).state_dict()
+    after = transformers.MarianMTModel.from_pretrained(back).state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if "embed_positions" not in k)
+    assert (
+        transformers.MarianTokenizer.from_pretrained(back)(text_target=es)["input_ids"] == targets
+    )
+
+    pytest.importorskip("ctranslate2")
+    ct2 = tmp_path / "ct2"
+    code, _, err = cli_main("export", str(marian_separate), "--out", str(ct2))
+    assert code == 0, err
+    fp32 = ["decode.precision=fp32", "decode.beam=1"]
+    mt_greedy = open_translator(marian_separate, device="cpu", decode=fp32).translate(en[:8])
+    assert open_translator(ct2, device="cpu", decode=fp32).translate(en[:8]) == mt_greedy

@@ -10,8 +10,11 @@ the feed-forward network), makes Marian's table ours exactly; an imported Marian
 models, because Marian has no layout to choose: our own models keep their tables, and the
 weights are the same numbers reordered. The tokenizer goes out as `tokenizer.json` (our
 byte-level BPE, `</s>` appended by its post-processor) that AutoTokenizer loads as a fast
-tokenizer, for both sides: a joint vocabulary. A Marian model brought in goes back out with
-its own SentencePiece files. What MarianMT cannot hold is refused in one line.
+tokenizer, for both sides: a joint vocabulary (a fast tokenizer is one, so our separate
+vocabularies cannot go out). A Marian model brought in goes back out with its own
+SentencePiece files, and `target_vocab.json` with MarianConfig's
+share_encoder_decoder_embeddings false where its vocabularies are separate. What MarianMT
+cannot hold is refused in one line.
 
 The generation config carries the run's beam and makes transformers' beam search as close to
 ours as its options allow (`search_options`), and forbids PAD and BOS, as our search does.
@@ -43,7 +46,7 @@ from ..decoding.ct2 import known_bleu
 from ..decoding.search import output_lengths, within_positions
 from ..errors import ConfigError
 from ..files import atomic_path
-from ..marian import TOKENIZER_FILES, require_hf, weight_names
+from ..marian import TARGET_VOCAB, TOKENIZER_FILES, require_hf, weight_names
 from ..model import max_length
 from ..run_folder import data_dir, store_files
 
@@ -53,12 +56,13 @@ TYPICAL_LENGTH = 25  # target tokens, EOS counted, where the run's validation se
 ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "swish": "swish"}
 
 
-def unsupported(config: Config) -> str | None:
-    """Why MarianMT cannot hold a model of this config, or None if it can."""
+def unsupported(config: Config, sentencepiece: bool = False) -> str | None:
+    """Why MarianMT cannot hold a model of this config, or None if it can; `sentencepiece`:
+    its tokenizers are a Marian model's (mt.data.spm), which MarianTokenizer can hold apart."""
     m = config.model
     if m.norm_first:
         return "model.norm_first=true (MarianMT is post-norm)"
-    if not config.tokenizer.joint:
+    if not config.tokenizer.joint and not sentencepiece:  # a fast tokenizer: one vocabulary
         return "tokenizer.joint=false (separate vocabularies; export a joint-vocabulary run)"
     if not m.share_embeddings:
         return "model.share_embeddings=false (MarianMT ties embeddings and output projection)"
@@ -74,7 +78,8 @@ def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> P
         raise ConfigError(f"{out}: already exists (pass --force to replace it)")
     file = ckpt.resolve(checkpoint)
     config = ckpt.read_config(file)
-    why = unsupported(config)
+    src_tokenizer = ckpt.read_tokenizers(file)[0]
+    why = unsupported(config, isinstance(src_tokenizer, SentencePieceTokenizer))
     if why:
         raise ConfigError(f"{file}: MarianMT cannot hold {why}")
     require_hf()
@@ -128,7 +133,7 @@ def marian_model(model: Any, config: Config, lengths: dict[str, np.ndarray]) -> 
     from `search_options` (`lengths`: the run's validation lengths)."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
-    m, vocab = config.model, model.out.out_features
+    m = config.model
     forbidden = sorted({m.pad_id, m.bos_id})
     special_ids = {
         "pad_token_id": m.pad_id,
@@ -138,8 +143,8 @@ def marian_model(model: Any, config: Config, lengths: dict[str, np.ndarray]) -> 
     }
     marian = MarianMTModel(
         MarianConfig(
-            vocab_size=vocab,
-            decoder_vocab_size=vocab,
+            vocab_size=model.src_embed.num_embeddings,
+            decoder_vocab_size=model.out.out_features,
             d_model=m.d_model,
             encoder_layers=m.encoder_layers,
             decoder_layers=m.decoder_layers,
@@ -152,12 +157,13 @@ def marian_model(model: Any, config: Config, lengths: dict[str, np.ndarray]) -> 
             attention_dropout=m.attention_dropout,
             max_position_embeddings=m.max_positions,
             scale_embedding=True,
-            share_encoder_decoder_embeddings=True,
+            share_encoder_decoder_embeddings=config.tokenizer.joint,
             tie_word_embeddings=True,
             **special_ids,
         )
     )
-    missing, unexpected = marian.load_state_dict(marian_state(model), strict=False)
+    state = marian_state(model, config.tokenizer.joint)
+    missing, unexpected = marian.load_state_dict(state, strict=False)
     if unexpected or any("embed_positions" not in name for name in missing):  # a bug of ours
         raise AssertionError(f"MarianMTModel's names: {missing} missing, {unexpected} unknown")
     marian.tie_weights()
@@ -169,9 +175,10 @@ def marian_model(model: Any, config: Config, lengths: dict[str, np.ndarray]) -> 
     return marian.eval()
 
 
-def marian_state(model: Any) -> dict[str, torch.Tensor]:
+def marian_state(model: Any, joint: bool) -> dict[str, torch.Tensor]:
     """Our state dict under Marian's names, the model dimension permuted to Marian's sinusoid
-    layout where ours interleaves (see the module's docstring)."""
+    layout where ours interleaves (see the module's docstring); a `joint` vocabulary's
+    embeddings as one shared matrix."""
     cfg, state = model.cfg, model.state_dict()
     if not cfg.logits_bias:
         state["logits_bias"] = torch.zeros(model.out.out_features)
@@ -180,14 +187,15 @@ def marian_state(model: Any) -> dict[str, torch.Tensor]:
     if cfg.positions == "interleaved":  # Marian's column j is our column perm[j]
         perm = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
     out = {}
-    for ours, theirs in weight_names(cfg).items():
+    for ours, theirs in weight_names(cfg, joint).items():
         tensor = _permuted(ours, state[ours].detach().float(), perm)
         for name, part in zip(theirs, tensor.split(len(tensor) // len(theirs))):
             out[name] = part.clone()
     out["final_logits_bias"] = out["final_logits_bias"].view(1, -1)
-    for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
-        out[name] = out["model.shared.weight"]
-    out["lm_head.weight"] = out["model.shared.weight"]
+    if joint:
+        for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+            out[name] = out["model.shared.weight"]
+    out["lm_head.weight"] = out["model.decoder.embed_tokens.weight"]
     return out
 
 
@@ -210,8 +218,11 @@ def _save_tokenizer(loaded: Any, config: Config, folder: Path) -> None:
         (folder / "target.spm").write_bytes(tgt.protos[0])
         (folder / "vocab.json").write_text(json.dumps(src.vocab), encoding="utf-8")
         files = [str(folder / name) for name in TOKENIZER_FILES]
-        lang = {"source_lang": config.data.src_lang, "target_lang": config.data.tgt_lang}
-        MarianTokenizer(*files, **src.specials_as_tokens(), **lang).save_pretrained(folder)
+        options = {"source_lang": config.data.src_lang, "target_lang": config.data.tgt_lang}
+        if not config.tokenizer.joint:
+            (folder / TARGET_VOCAB).write_text(json.dumps(tgt.vocab), encoding="utf-8")
+            options |= {"target_vocab_file": str(folder / TARGET_VOCAB), "separate_vocabs": True}
+        MarianTokenizer(*files, **src.specials_as_tokens(), **options).save_pretrained(folder)
         return
     pad, bos, eos, unk = SPECIAL_TOKENS  # the ids 0..3 of every vocabulary mt learns
     fast = PreTrainedTokenizerFast(
