@@ -92,9 +92,12 @@ def read_marian_config(folder: Path) -> dict[str, Any]:
     separate = separate_vocabs(folder)
     if separate and not (folder / TARGET_VOCAB).is_file():
         raise ConfigError(f"{folder / TARGET_VOCAB}: missing (separate_vocabs needs it)")
+    if separate and shares_embeddings(raw):
+        raise ConfigError(
+            f"{file}: share_encoder_decoder_embeddings is true but tokenizer_config.json has "
+            "separate_vocabs: two vocabularies cannot share one embedding matrix"
+        )
     refused = {
-        # two vocabularies cannot share one matrix
-        "share_encoder_decoder_embeddings": separate and shares_embeddings(raw),
         "scale_embedding": not raw.get("scale_embedding", False),
         "normalize_before": bool(raw.get("normalize_before")),
         "activation_function": raw.get("activation_function", "gelu") not in ACTIVATIONS,

@@ -340,3 +340,27 @@ def test_separate_vocabularies_are_exact_in_and_out(marian_separate, tmp_path, c
     fp32 = ["decode.precision=fp32", "decode.beam=1"]
     mt_greedy = open_translator(marian_separate, device="cpu", decode=fp32).translate(en[:8])
     assert open_translator(ct2, device="cpu", decode=fp32).translate(en[:8]) == mt_greedy
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda f: (f / "target_vocab.json").unlink(), "target_vocab.json: missing"),
+        (
+            lambda f: _edit_config(f, share_encoder_decoder_embeddings=True),
+            "separate_vocabs: two vocabularies cannot share one embedding matrix",
+        ),
+        (
+            lambda f: _edit_config(f, decoder_vocab_size=10),
+            "decoder_vocab_size 10 is not that of target_vocab.json",
+        ),
+    ],
+)
+def test_bad_separate_vocabularies_are_refused_in_one_line(
+    marian_separate, tmp_path, damage, message
+):
+    folder = copy_of(marian_separate, tmp_path)
+    damage(folder)
+    with pytest.raises(ConfigError, match=message) as e:
+        ckpt.load(folder)
+    assert "\n" not in str(e.value)
