@@ -181,7 +181,7 @@ def main() -> None:
         "sentences": len(sources),
         "alpha": config.decode.alpha,
         "generation_config": {
-            k: generation.get(k) for k in ("length_penalty", "early_stopping", "max_new_tokens")
+            k: generation.get(k) for k in ("length_penalty", "early_stopping", "max_length")
         },
         "threads": args.threads,
         "versions": versions,

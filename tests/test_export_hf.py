@@ -123,9 +123,9 @@ def test_the_generation_config_searches_as_near_to_mt_as_transformers_can(tmp_pa
     slopes = [config.decode.alpha * n / (5 + n) for n in lengths["tgt"]]
     assert options["length_penalty"] == pytest.approx(sum(slopes) / 3, abs=1e-4)
     assert options["early_stopping"] == "never"  # ours: stop when nothing can beat the best
-    assert options["max_new_tokens"] == 1.5 * 30 + 10 + 1  # our limit at the longest, EOS
+    assert options["max_length"] == 1.5 * 30 + 10 + 2  # our limit at the longest, EOS, start
     unknown = search_options(config, {})  # the model's longest output, a typical length
-    assert unknown["max_new_tokens"] == config.model.max_positions  # 255 tokens and EOS
+    assert unknown["max_length"] == config.model.max_positions + 1  # 255 tokens, EOS, start
     typical = 0.6 * TYPICAL_LENGTH / (5 + TYPICAL_LENGTH)
     assert unknown["length_penalty"] == pytest.approx(typical, abs=1e-4)
     config.decode.rules = "transformers"  # transformers' own rules: its alpha and stopping

@@ -24,7 +24,7 @@ and the length limit, a * source length + b tokens per sentence where transforme
 for all. The penalty is matched where it decides: the exponent whose L ** p falls with L as
 GNMT's does, d log / d log L = alpha * L / (5 + L), averaged over the run's validation
 targets (EOS counted); early_stopping "never" stops as ours does, when no live hypothesis
-can beat the best finished one even at the longest length; and max_new_tokens is our limit
+can beat the best finished one even at the longest length; and max_length is our limit
 for the longest validation source, which keeps a looping output as short as ours on the
 sentences the model was made for (a longer source may need a larger max_new_tokens passed
 to generate()). Under decode.rules transformers the run's alpha and transformers' own
@@ -89,7 +89,8 @@ def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> P
     with atomic_path(out) as tmp:
         model.save_pretrained(tmp)
         _save_tokenizer(loaded, config, tmp)
-        card = model_card(config, loaded.metadata, model.generation_config.max_new_tokens)
+        longest = model.generation_config.max_length - 2  # tokens before EOS
+        card = model_card(config, loaded.metadata, longest)
         (tmp / "README.md").write_text(card, encoding="utf-8")
     return out
 
@@ -119,7 +120,9 @@ def search_options(config: Config, lengths: dict[str, np.ndarray]) -> dict[str, 
         longest = output_lengths(torch.tensor(lengths["src"].max()), d.max_len_a, d.max_len_b)
     options: dict[str, Any] = {
         "num_beams": d.beam,
-        "max_new_tokens": int(within_positions(longest, config.model)) + 1,  # EOS counted
+        # its EOS and the decoder's start counted; max_length, not max_new_tokens, which
+        # transformers 4's pipeline("translation") replaces with its own 256
+        "max_length": int(within_positions(longest, config.model)) + 2,
     }
     if d.rules == "transformers":
         return options | {"length_penalty": d.alpha}
@@ -242,9 +245,9 @@ def _save_tokenizer(loaded: Any, config: Config, folder: Path) -> None:
     config_file.write_text(json.dumps(tokenizer_config, indent=2), encoding="utf-8")
 
 
-def model_card(config: Config, metadata: dict[str, str], max_new_tokens: int) -> str:
-    """README.md in the Hub's format: languages, data, metrics, how to use (`max_new_tokens`:
-    generation_config.json's)."""
+def model_card(config: Config, metadata: dict[str, str], longest: int) -> str:
+    """README.md in the Hub's format: languages, data, metrics, how to use (`longest`: the
+    tokens generation_config.json lets an output have before its EOS)."""
     src, tgt = config.data.src_lang, config.data.tgt_lang
     bleu = known_bleu(metadata)
     data = config.data.files.train or [f"{config.data.name} ({config.data.subset})"]
@@ -267,7 +270,7 @@ def model_card(config: Config, metadata: dict[str, str], max_new_tokens: int) ->
         f"- Validation BLEU: {'n/a' if bleu is None else f'{bleu:.2f}'}\n"
         f"- Decoding: beam {config.decode.beam}, length penalty {config.decode.alpha} in `mt` "
         "(GNMT's; generation_config.json holds transformers' nearest)\n"
-        f"- Output length: at most {max_new_tokens} tokens by default, `mt`'s limit for the "
+        f"- Output length: at most {longest} tokens by default, `mt`'s limit for the "
         "longest validation sentence; pass `max_new_tokens` for longer inputs\n\n"
         "## How to use\n\n```python\nfrom transformers import pipeline\n\n"
         'translate = pipeline("translation", model="THIS_FOLDER_OR_HUB_ID")\n'
