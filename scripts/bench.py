@@ -392,7 +392,7 @@ def render_hf(h: dict) -> list[str]:
         f"on {h['sentences']} Tatoeba test sentences, {h['threads']} thread, engines in turns "
         "(medians). mt and CT2 search with the run's rules, transformers with the export's "
         f"generation_config.json ({json.dumps(h['generation_config'])}); greedy also as mt "
-        "with transformers' single length limit. Command: `python scripts/bench_hf.py "
+        "with the export's single length limit. Command: `python scripts/bench_hf.py "
         "runs/bench/tatoeba_cpu --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz "
         "--repeats 3`."
     )

@@ -8,8 +8,9 @@ in float32 (on a CPU with AMX its default is bf16) so that the exports, float32,
 it exactly. mt and CT2 search with the run's rules (`mt translate --beam 1`, `mt evaluate
 --beam 5`); transformers with what the export's generation_config.json says (the nearest
 transformers' options come to those rules, mt.converters.marian), num_beams aside. Greedy
-also runs mt with transformers' length limit (decode.max_len_a 0, max_len_b the model's
-longest output), which isolates what the per-source limit changes. `--transformers4 PATH`:
+also runs mt with the export's single length limit (decode.max_len_a 0, max_len_b its
+max_length less EOS and the decoder's start), which isolates what our per-source limit
+changes. `--transformers4 PATH`:
 also the greedy search through `pipeline("translation")` (removed in transformers 5) with
 transformers 4 installed in PATH (`pip install --no-deps --target PATH transformers==4.57.6`
 and the tokenizers / huggingface_hub it needs), in a subprocess. Prints one JSON.
@@ -141,7 +142,6 @@ def main() -> None:
     from mt.data.corpus import read_pairs_jsonl
     from mt.decoding.engine import open_translator
     from mt.decoding.evaluate import bleu_chrf
-    from mt.model import max_length
 
     torch.set_num_threads(args.threads)
     config = checkpoint.read_config(args.checkpoint)
@@ -158,10 +158,11 @@ def main() -> None:
         translator = open_translator(path, "auto", "cpu", args.threads, options)
         return timed(lambda texts: translator.translate(texts))
 
-    positions_limit = ["decode.max_len_a=0", f"decode.max_len_b={max_length(config.model)}"]
+    # the export's one limit for all sentences: its tokens before EOS and the decoder's start
+    one_limit = ["decode.max_len_a=0", f"decode.max_len_b={generation['max_length'] - 2}"]
     greedy = {
         "mt": mt(args.checkpoint, "decode.beam=1"),
-        "mt, transformers' limit": mt(args.checkpoint, "decode.beam=1", *positions_limit),
+        "mt, the export's limit": mt(args.checkpoint, "decode.beam=1", *one_limit),
         "transformers": timed(transformers_translate(hf, 1)),
         "ct2": mt(ct2, "decode.beam=1"),
     }
