@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -208,6 +209,7 @@ def main() -> None:
             for name in translators
         }
     print(json.dumps(results))
+    shutil.rmtree(tmp)  # the two exports
 
 
 if __name__ == "__main__":
