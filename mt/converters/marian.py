@@ -272,7 +272,13 @@ def model_card(config: Config, metadata: dict[str, str], longest: int) -> str:
         "(GNMT's; generation_config.json holds transformers' nearest)\n"
         f"- Output length: at most {longest} tokens by default, `mt`'s limit for the "
         "longest validation sentence; pass `max_new_tokens` for longer inputs\n\n"
-        "## How to use\n\n```python\nfrom transformers import pipeline\n\n"
+        "## How to use\n\nWith transformers 4:\n\n```python\nfrom transformers import pipeline\n\n"
         'translate = pipeline("translation", model="THIS_FOLDER_OR_HUB_ID")\n'
-        f'print(translate("Hello, world.")[0]["translation_text"])\n```\n'
+        'print(translate("Hello, world.")[0]["translation_text"])\n```\n\n'
+        "With transformers 5, which has no translation pipeline:\n\n```python\n"
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+        'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER_OR_HUB_ID")\n'
+        'model = AutoModelForSeq2SeqLM.from_pretrained("THIS_FOLDER_OR_HUB_ID")\n'
+        'inputs = tokenizer(["Hello, world."], return_tensors="pt", padding=True)\n'
+        "print(tokenizer.batch_decode(model.generate(**inputs), skip_special_tokens=True))\n```\n"
     )
