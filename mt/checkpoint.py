@@ -217,7 +217,8 @@ def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     Marian folder's weights under our names."""
     if marian.marian_folder(path):
         config = marian.marian_config(path)
-        return marian.to_ours(marian.read_state(path), config.model, path), {"step": "0"}
+        state = marian.read_state(path)
+        return marian.to_ours(state, config.model, path, config.tokenizer.joint), {"step": "0"}
     meta = read_metadata(path)
     try:
         tensors = load_file(str(path))

@@ -200,6 +200,10 @@ class DecodeConfig:
     # forced EOS scored 0): what an exported model's pipeline("translation") does
     rules: Literal["mt", "transformers"] = resumable("mt")
     no_repeat_ngram: int = resumable(0)  # forbid repeating any n-gram of this size; 0 disables
+    # a multilingual OPUS-MT model's target language: "spa" puts its token >>spa<< before
+    # every source, as MarianTokenizer's users write it; "": none (a code, not the token,
+    # which YAML would read as a block scalar)
+    target_language: str = resumable("")
     # source tokens per decoding batch, each counted once per beam hypothesis; 0: the
     # device's (4096 on a CPU, more on a GPU)
     batch_tokens: int = resumable(0)

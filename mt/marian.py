@@ -7,7 +7,11 @@ sines then all cosines (`model.positions: halves`), separate q/k/v projections (
 concatenated), `final_logits_bias` added to the tied output projection (`model.logits_bias`),
 the activation of `activation_function` (swish is SiLU), and special ids of the vocabulary:
 pad_token_id starts the decoder (decoder_start_token_id), so BOS equals PAD. Weights saved in
-float16 are read into float32, the precision a run decides on from there.
+float16 are read into float32, the precision a run decides on from there. Separate
+vocabularies (tc-big's `separate_vocabs`: `target_vocab.json` for the target side,
+`share_encoder_decoder_embeddings` false, `decoder_vocab_size`) are our `tokenizer.joint:
+false`: the encoder's embedding its own, the decoder's tied to the output projection, as in
+MarianMTModel.
 
 `WEIGHT_NAMES` maps our parameter names to Marian's both ways: `mt.converters.marian` writes
 a run as a Marian folder with it. transformers, sentencepiece and huggingface_hub are the
@@ -28,6 +32,7 @@ from .errors import ConfigError
 
 CONFIG = "config.json"
 TOKENIZER_FILES = ("source.spm", "target.spm", "vocab.json")
+TARGET_VOCAB = "target_vocab.json"  # the target side's vocabulary, when separate
 FAST_TOKENIZER = "tokenizer.json"  # what mt export --format hf writes for its own models
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
@@ -84,9 +89,15 @@ def read_marian_config(folder: Path) -> dict[str, Any]:
         for name in TOKENIZER_FILES:
             if not (folder / name).is_file():
                 raise ConfigError(f"{folder / name}: missing (a Marian folder needs {name})")
+    separate = separate_vocabs(folder)
+    if separate and not (folder / TARGET_VOCAB).is_file():
+        raise ConfigError(f"{folder / TARGET_VOCAB}: missing (separate_vocabs needs it)")
+    if separate and shares_embeddings(raw):
+        raise ConfigError(
+            f"{file}: share_encoder_decoder_embeddings is true but tokenizer_config.json has "
+            "separate_vocabs: two vocabularies cannot share one embedding matrix"
+        )
     refused = {
-        "separate_vocabs": bool(raw.get("separate_vocabs")),
-        "share_encoder_decoder_embeddings": not raw.get("share_encoder_decoder_embeddings", True),
         "scale_embedding": not raw.get("scale_embedding", False),
         "normalize_before": bool(raw.get("normalize_before")),
         "activation_function": raw.get("activation_function", "gelu") not in ACTIVATIONS,
@@ -95,6 +106,17 @@ def read_marian_config(folder: Path) -> dict[str, Any]:
         if bad:
             raise ConfigError(f"{file}: {key}={raw.get(key)!r} is not supported by mt")
     return raw
+
+
+def separate_vocabs(folder: Path) -> bool:
+    """Whether the target side has its own vocabulary (tokenizer_config.json's
+    separate_vocabs, as MarianTokenizer reads it)."""
+    return bool(_tokenizer_config(folder).get("separate_vocabs"))
+
+
+def shares_embeddings(raw: dict[str, Any]) -> bool:
+    """Whether encoder and decoder read one embedding matrix (config.json)."""
+    return bool(raw.get("share_encoder_decoder_embeddings", True))
 
 
 def config_of(folder: Path, raw: dict[str, Any], vocab_size: int) -> Config:
@@ -123,6 +145,7 @@ def config_of(folder: Path, raw: dict[str, Any], vocab_size: int) -> Config:
     config = Config(model=model)
     config.run.dir = str(folder)
     config.tokenizer.vocab_size, config.tokenizer.model = vocab_size, "unigram"
+    config.tokenizer.joint = shares_embeddings(raw)
     config.data.max_length = min(config.data.max_length, model.max_positions - 1)
     languages = _languages(folder)
     if languages:
@@ -130,12 +153,17 @@ def config_of(folder: Path, raw: dict[str, Any], vocab_size: int) -> Config:
     return config
 
 
-def _languages(folder: Path) -> tuple[str, str] | None:
-    # tokenizer_config.json's source_lang and target_lang ("en", "es"), when it has both
+def _tokenizer_config(folder: Path) -> dict[str, Any]:
     try:
         raw = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _languages(folder: Path) -> tuple[str, str] | None:
+    # tokenizer_config.json's source_lang and target_lang ("en", "es"), when it has both
+    raw = _tokenizer_config(folder)
     src, tgt = raw.get("source_lang"), raw.get("target_lang")
     return (src, tgt) if src and tgt and src != tgt else None
 
@@ -151,30 +179,34 @@ def read_tokenizers(folder: Path) -> tuple[Any, Any]:
         joint = Tokenizer.from_file(str(folder / FAST_TOKENIZER))
         return joint, joint
 
-    vocab_file = folder / "vocab.json"
-    try:
-        vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{vocab_file}: not readable JSON ({e})") from None
+    separate = separate_vocabs(folder)
+    vocab_files = [folder / "vocab.json", folder / (TARGET_VOCAB if separate else "vocab.json")]
+    vocabs = [_read_vocab(file) for file in vocab_files]
     source, target = ((folder / name).read_bytes() for name in TOKENIZER_FILES[:2])
-    for name, proto in zip(TOKENIZER_FILES, (source, target)):
+    for name, proto, vocab, file in zip(TOKENIZER_FILES, (source, target), vocabs, vocab_files):
         try:
             missing = uncovered_piece(proto, vocab)
         except RuntimeError:
             raise ConfigError(f"{folder / name}: not a SentencePiece model") from None
         if missing is not None:
-            raise ConfigError(f"{vocab_file}: does not cover the piece {missing!r} of {name}")
+            raise ConfigError(f"{file}: does not cover the piece {missing!r} of {name}")
     specials = _special_tokens(folder)
-    # a joint vocabulary decodes with source.spm, as MarianTokenizer does
-    src = SentencePieceTokenizer(source, source, vocab, **specials)
-    return src, SentencePieceTokenizer(target, source, vocab, **specials)
+    # a joint vocabulary decodes with source.spm, as MarianTokenizer does; separate ones
+    # with target.spm
+    src = SentencePieceTokenizer(source, source, vocabs[0], **specials)
+    decoder = target if separate else source
+    return src, SentencePieceTokenizer(target, decoder, vocabs[1], **specials)
+
+
+def _read_vocab(file: Path) -> dict[str, int]:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{file}: not readable JSON ({e})") from None
 
 
 def _special_tokens(folder: Path) -> dict[str, str]:
-    try:
-        raw = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raw = {}
+    raw = _tokenizer_config(folder)
     names = {"unk": "unk_token", "eos": "eos_token", "pad": "pad_token"}
     found = {k: raw[v] for k, v in names.items() if isinstance(raw.get(v), str)}
     return {"unk": "<unk>", "eos": "</s>", "pad": "<pad>", **found}
@@ -199,12 +231,16 @@ def read_state(folder: Path) -> dict[str, torch.Tensor]:
     raise ConfigError(f"{folder}: no weights ({' or '.join(WEIGHT_FILES)})")
 
 
-def weight_names(cfg: ModelConfig) -> dict[str, list[str]]:
-    """Our parameter name -> the Marian names whose tensors it concatenates (dim 0)."""
-    names = {
-        "src_embed.weight": ["model.shared.weight"],
-        "logits_bias": ["final_logits_bias"],
-    }
+def weight_names(cfg: ModelConfig, joint: bool = True) -> dict[str, list[str]]:
+    """Our parameter name -> the Marian names whose tensors it concatenates (dim 0); the
+    embeddings: one shared matrix with a `joint` vocabulary, else the encoder's and the
+    decoder's (tied to the output projection)."""
+    names = {"logits_bias": ["final_logits_bias"]}
+    if joint:
+        names["src_embed.weight"] = ["model.shared.weight"]
+    else:
+        names["src_embed.weight"] = ["model.encoder.embed_tokens.weight"]
+        names["tgt_embed.weight"] = ["model.decoder.embed_tokens.weight"]
     for side, layers in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
         # (ours, Marian's) attention modules, our fused projections of each; the norms
         attention = [("self_attn", "self_attn", ["qkv"])]
@@ -228,22 +264,26 @@ def weight_names(cfg: ModelConfig) -> dict[str, list[str]]:
     return names
 
 
-def to_ours(state: dict[str, torch.Tensor], cfg: ModelConfig, file: Path) -> dict:
-    """Marian's state dict as ours (tied embeddings and output projection: one matrix)."""
+def to_ours(state: dict[str, torch.Tensor], cfg: ModelConfig, file: Path, joint: bool) -> dict:
+    """Marian's state dict as ours: the decoder's embedding is the output projection, and
+    with a `joint` vocabulary the encoder's too (one matrix)."""
+    names = weight_names(cfg, joint)
     shared = state.get("model.shared.weight", state.get("model.encoder.embed_tokens.weight"))
-    if shared is None:
-        raise ConfigError(f"{file}: no model.shared.weight")
-    state = {"model.shared.weight": shared, **state}
-    if "final_logits_bias" not in state:
-        state["final_logits_bias"] = shared.new_zeros(1, len(shared))
+    if joint and shared is not None:
+        state = {"model.shared.weight": shared, **state}
+    target = state.get(names["src_embed.weight" if joint else "tgt_embed.weight"][0])
+    if "final_logits_bias" not in state and target is not None:  # absent: no bias
+        state = {**state, "final_logits_bias": target.new_zeros(1, len(target))}
     ours = {}
-    for name, theirs in weight_names(cfg).items():
+    for name, theirs in names.items():
         missing = [t for t in theirs if t not in state]
         if missing:
             raise ConfigError(f"{file}: no {missing[0]} (weights and config.json disagree)")
         ours[name] = torch.cat([state[t] for t in theirs])
     ours["logits_bias"] = ours["logits_bias"].flatten()
-    ours["tgt_embed.weight"] = ours["out.weight"] = ours["src_embed.weight"]
+    if joint:
+        ours["tgt_embed.weight"] = ours["src_embed.weight"]
+    ours["out.weight"] = ours["tgt_embed.weight"]
     return ours
 
 
@@ -262,23 +302,35 @@ def load_marian(folder: Path, device: str | torch.device = "cpu") -> tuple:
     require_hf()
     raw = read_marian_config(folder)
     src_tok, tgt_tok = read_tokenizers(folder)
-    vocab_size = src_tok.get_vocab_size()
-    if raw.get("vocab_size") != vocab_size:
-        raise ConfigError(
-            f"{folder / CONFIG}: vocab_size {raw.get('vocab_size')} is not that of "
-            f"vocab.json ({vocab_size})"
-        )
-    config = config_of(folder, raw, vocab_size)
-    pad, eos = (src_tok.token_to_id(token) for token in ("<pad>", "</s>"))
-    if isinstance(src_tok, SentencePieceTokenizer):
-        pad, eos = (src_tok.token_to_id(src_tok.specials[name]) for name in ("pad", "eos"))
-    if (pad, eos) != (config.model.pad_id, config.model.eos_id):
-        raise ConfigError(
-            f"{folder / CONFIG}: pad_token_id/eos_token_id {config.model.pad_id}/"
-            f"{config.model.eos_id} are not vocab.json's ({pad}/{eos})"
-        )
-    model = Transformer(config.model, vocab_size, vocab_size, joint=True)
-    state = to_ours(read_state(folder), config.model, folder)
+    config = config_of(folder, raw, src_tok.get_vocab_size())
+    target_vocab = TARGET_VOCAB if separate_vocabs(folder) else "vocab.json"
+    sides = (
+        ("vocab_size", raw.get("vocab_size"), src_tok, "vocab.json"),
+        (
+            "decoder_vocab_size",
+            raw.get("decoder_vocab_size") or raw.get("vocab_size"),
+            tgt_tok,
+            target_vocab,
+        ),
+    )
+    for key, size, tokenizer, file in sides:
+        if size != tokenizer.get_vocab_size():
+            raise ConfigError(
+                f"{folder / CONFIG}: {key} {size} is not that of {file} "
+                f"({tokenizer.get_vocab_size()})"
+            )
+        pad, eos = (tokenizer.token_to_id(token) for token in ("<pad>", "</s>"))
+        if isinstance(tokenizer, SentencePieceTokenizer):
+            pad, eos = (tokenizer.token_to_id(tokenizer.specials[k]) for k in ("pad", "eos"))
+        if (pad, eos) != (config.model.pad_id, config.model.eos_id):
+            raise ConfigError(
+                f"{folder / CONFIG}: pad_token_id/eos_token_id {config.model.pad_id}/"
+                f"{config.model.eos_id} are not {file}'s ({pad}/{eos})"
+            )
+    joint = config.tokenizer.joint
+    sizes = src_tok.get_vocab_size(), tgt_tok.get_vocab_size()
+    model = Transformer(config.model, *sizes, joint=joint)
+    state = to_ours(read_state(folder), config.model, folder, joint)
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

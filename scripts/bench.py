@@ -402,26 +402,28 @@ def render_export(e: dict) -> list[str]:
 def render_hf(h: dict) -> list[str]:
     intro = (
         f"The recipe model exported with `mt export --format hf`, decoded by transformers' "
-        f"`generate()` beside mt (float32) and its CT2 export on {h['sentences']} Tatoeba test "
-        f"sentences, {h['threads']} thread, engines in turns (medians). Greedy: every engine "
-        "stops at the model's positions; beam: mt's rules for mt and CT2, transformers' for "
-        "transformers and for mt under `decode.rules=transformers`. Command: `python "
-        "scripts/bench_hf.py runs/bench/tatoeba_cpu --pairs "
-        "../shared/data/tatoeba_en_es.test.jsonl.gz --repeats 3`."
+        f"`generate()` ({h['versions']['transformers']}) beside mt (float32) and its CT2 export "
+        f"on {h['sentences']} Tatoeba test sentences, {h['threads']} thread, engines in turns "
+        "(medians). mt and CT2 search with the run's rules, transformers with the export's "
+        f"generation_config.json ({json.dumps(h['generation_config'])}); greedy also as mt "
+        "with the export's single length limit. Command: `python scripts/bench_hf.py "
+        "runs/bench/tatoeba_cpu --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz "
+        "--repeats 3`."
     )
     lines = [
         "## transformers: the `--format hf` export",
         "",
         intro,
         "",
-        "| search | engine | BLEU | sentences/s | same output as mt |",
-        "|---|---|---:|---:|---:|",
+        "| search | engine | BLEU | sentences/s | same output as mt | as transformers |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for search in (k for k in h if k.startswith(("greedy", "beam"))):
         for engine, r in h[search].items():
+            same = {"mt": 1.0, "transformers": 1.0, **r["same_as"]} | {engine: 1.0}
             lines.append(
                 f"| {search} | {engine} | {r['bleu']:.2f} | {r['sentences_per_s']:.1f} | "
-                f"{r['same_as_mt']:.1%} |"
+                f"{same['mt']:.1%} | {same['transformers']:.1%} |"
             )
     return [*lines, ""]
 

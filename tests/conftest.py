@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -462,11 +462,16 @@ def build_marian(
     pieces: int = 800,
     vocab_size: int | None = None,
     dtype: str = "float32",
+    tokens: Sequence[str] = (),
+    separate: bool = False,
 ) -> Path:
     """A random-weight MarianMTModel folder as OPUS-MT's are laid out (swish, scaled and tied
     embeddings, eos 0, unk 1, pad = decoder start = the last id, a non-zero logits bias) with
     SentencePiece unigram models of `pieces` pieces a side, trained on 20,000 Tatoeba pairs;
-    `vocab_size`: vocab.json filled up to that many ids (opus-mt-en-es: 65,001)."""
+    `vocab_size`: vocab.json filled up to that many ids (opus-mt-en-es: 65,001); `tokens`:
+    more entries of vocab.json, such as a multilingual model's ">>spa<<"; `separate`: tc-big's
+    separate vocabularies (vocab.json for sources, target_vocab.json for targets, sizes that
+    differ, PAD at id 2 of both, encoder and decoder embeddings apart)."""
     import io
 
     import sentencepiece as spm
@@ -475,12 +480,13 @@ def build_marian(
 
     pairs = read_pairs(TATOEBA_TRAIN, 20_000)
     protos = []
-    for side in ("en", "es"):
+    sizes = (pieces, pieces - 100 if separate else pieces)  # separate ones: of two sizes
+    for side, size in zip(("en", "es"), sizes):
         buffer = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter([p[side] for p in pairs]),
             model_writer=buffer,
-            vocab_size=pieces,
+            vocab_size=size,
             model_type="unigram",
             character_coverage=1.0,
             minloglevel=2,
@@ -488,20 +494,32 @@ def build_marian(
         )
         protos.append(buffer.getvalue())
     out.mkdir(parents=True, exist_ok=True)
-    vocab = {"</s>": 0, "<unk>": 1}
-    for name, proto in zip(("source.spm", "target.spm"), protos):
+    source_vocab = {"</s>": 0, "<unk>": 1, **({"<pad>": 2} if separate else {})}
+    target_vocab = dict(source_vocab) if separate else source_vocab
+    for name, proto, vocab in zip(
+        ("source.spm", "target.spm"), protos, (source_vocab, target_vocab)
+    ):
         (out / name).write_bytes(proto)
         model = spm.SentencePieceProcessor()
         model.LoadFromSerializedProto(proto)
         for i in range(model.get_piece_size()):
             if not (model.is_control(i) or model.is_unknown(i)):
                 vocab.setdefault(model.id_to_piece(i), len(vocab))
+    vocab = source_vocab
+    for token in tokens:
+        vocab[token] = len(vocab)
     while vocab_size and len(vocab) < vocab_size - 1:
         vocab[f"▁unused{len(vocab)}"] = len(vocab)
-    vocab["<pad>"] = pad = len(vocab)
+    pad = vocab.setdefault("<pad>", len(vocab))
     (out / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    files = {}
+    if separate:
+        files = {"target_vocab_file": str(out / "target_vocab.json"), "separate_vocabs": True}
+        (out / "target_vocab.json").write_text(json.dumps(target_vocab), encoding="utf-8")
     config = MarianConfig(
-        vocab_size=pad + 1,
+        vocab_size=len(vocab),
+        decoder_vocab_size=len(target_vocab),
+        share_encoder_decoder_embeddings=not separate,
         d_model=d,
         encoder_layers=layers,
         decoder_layers=layers,
@@ -516,7 +534,6 @@ def build_marian(
         eos_token_id=0,
         forced_eos_token_id=0,
         scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
         bad_words_ids=[[pad]],
     )
     torch.manual_seed(0)
@@ -538,6 +555,7 @@ def build_marian(
         str(out / "vocab.json"),
         source_lang="en",
         target_lang="es",
+        **files,
     )
     tokenizer.save_pretrained(out)
     return out
@@ -572,3 +590,16 @@ def after_each_update(trainer: Trainer, hook: Callable) -> None:
         return result
 
     trainer.updater = updated
+
+
+@pytest.fixture(scope="session")
+def marian_multilingual(marian_small: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for a multilingual OPUS-MT model: vocab.json has >>spa<< and >>fra<<."""
+    folder = tmp_path_factory.mktemp("marian") / "multilingual"
+    return build_marian(folder, tokens=(">>spa<<", ">>fra<<"))
+
+
+@pytest.fixture(scope="session")
+def marian_separate(marian_small: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stand-in for a tc-big model with separate vocabularies (build_marian)."""
+    return build_marian(tmp_path_factory.mktemp("marian") / "separate", separate=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 import torch
 from conftest import PAIRS, write_jsonl
@@ -14,7 +15,7 @@ from test_train import tiny_config
 
 from mt import checkpoint as ckpt
 from mt.config import Config, DecodeConfig
-from mt.converters.marian import unsupported
+from mt.converters.marian import TYPICAL_LENGTH, search_options, unsupported, validation_lengths
 from mt.decoding.engine import open_translator
 from mt.training.trainer import train
 
@@ -38,8 +39,15 @@ def test_an_exported_run_decodes_in_transformers_as_in_mt(tiny_run, tmp_path, cl
     card = (out / "README.md").read_text()
     assert card.startswith("---\nlanguage:\n- en\n- es\n") and "pipeline_tag: translation" in card
     generation = json.loads((out / "generation_config.json").read_text())
-    decode = ckpt.read_config(tiny_run).decode
-    assert (generation["num_beams"], generation["length_penalty"]) == (decode.beam, decode.alpha)
+    config = ckpt.read_config(tiny_run)
+    lengths = validation_lengths(tiny_run)  # the store's, EOS counted
+    assert sorted(lengths) == ["src", "tgt"] and lengths["tgt"].min() >= 2
+    assert generation == {**generation, **search_options(config, lengths)}
+    assert generation["early_stopping"] == "never" and generation["num_beams"] == config.decode.beam
+    # transformers 4 has no TokenizersBackend, the class name 5 writes
+    assert json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"] == (
+        "PreTrainedTokenizerFast"
+    )
 
     sources = [src for src, _ in PAIRS]
     loaded = ckpt.load(tiny_run)
@@ -60,7 +68,13 @@ def test_an_exported_run_decodes_in_transformers_as_in_mt(tiny_run, tmp_path, cl
         decode = DecodeConfig(beam=beam, alpha=0.6, max_len_a=0, max_len_b=30, rules=rules)
         decode = dataclasses.replace(decode, precision="fp32")
         with torch.no_grad():
-            ids = model.generate(**inputs, num_beams=beam, max_new_tokens=31, length_penalty=0.6)
+            ids = model.generate(
+                **inputs,
+                num_beams=beam,
+                max_new_tokens=31,
+                length_penalty=0.6,
+                early_stopping=False,
+            )
         expected = tokenizer.batch_decode(ids, skip_special_tokens=True)
         assert translator.translate(sources, decode) == expected
 
@@ -98,3 +112,22 @@ def test_what_marian_cannot_hold_is_named():
     config = Config()
     config.tokenizer.joint = False
     assert "tokenizer.joint" in unsupported(config)
+
+
+def test_the_generation_config_searches_as_near_to_mt_as_transformers_can(tmp_path):
+    config = Config()
+    assert validation_lengths(tmp_path) == {}  # no prepared store there
+    lengths = {"src": np.array([3, 30, 7]), "tgt": np.array([4, 9, 20])}
+    options = search_options(config, lengths)
+    # L ** p falls with L as GNMT's ((5 + L) / 6) ** alpha does, averaged over the targets
+    slopes = [config.decode.alpha * n / (5 + n) for n in lengths["tgt"]]
+    assert options["length_penalty"] == pytest.approx(sum(slopes) / 3, abs=1e-4)
+    assert options["early_stopping"] == "never"  # ours: stop when nothing can beat the best
+    assert options["max_length"] == 1.5 * 30 + 10 + 2  # our limit at the longest, EOS, start
+    unknown = search_options(config, {})  # the model's longest output, a typical length
+    assert unknown["max_length"] == config.model.max_positions + 1  # 255 tokens, EOS, start
+    typical = 0.6 * TYPICAL_LENGTH / (5 + TYPICAL_LENGTH)
+    assert unknown["length_penalty"] == pytest.approx(typical, abs=1e-4)
+    config.decode.rules = "transformers"  # transformers' own rules: its alpha and stopping
+    options = search_options(config, lengths)
+    assert options["length_penalty"] == config.decode.alpha and "early_stopping" not in options

@@ -16,6 +16,7 @@ from conftest import FLORES, TATOEBA_TEST, read_pairs
 from mt import checkpoint as ckpt
 from mt.config import DecodeConfig
 from mt.data import tokenizer as tok
+from mt.decoding.engine import open_translator
 from mt.decoding.search import beam_search, greedy
 from mt.errors import ConfigError
 
@@ -27,6 +28,23 @@ def reference(folder):
     tokenizer = transformers.MarianTokenizer.from_pretrained(folder)
     model = transformers.MarianMTModel.from_pretrained(folder, dtype=torch.float32).eval()
     return tokenizer, model
+
+
+def assert_same_logits_and_greedy(tokenizer, model, loaded, sources, targets):
+    """Our float32 logits on (sources, targets) within 1e-4 of transformers', and greedy
+    outputs of 9 tokens the same as generate()'s."""
+    ours = loaded.model
+    batch = tokenizer(sources, text_target=targets, return_tensors="pt", padding=True)
+    labels = batch["labels"]
+    tgt_in = torch.cat([torch.full((len(sources), 1), ours.cfg.bos_id), labels[:, :-1]], 1)
+    with torch.no_grad():
+        theirs = model(**batch).logits
+        mine = ours(batch["input_ids"], tgt_in)
+        inputs = tokenizer(sources, return_tensors="pt", padding=True)
+        out = model.generate(**inputs, num_beams=1, max_new_tokens=10)
+    assert (theirs - mine)[labels != ours.cfg.pad_id].abs().max() < 1e-4
+    found = tok.decode(loaded.tgt_tokenizer, greedy(ours, batch["input_ids"], 9))
+    assert found == tokenizer.batch_decode(out, skip_special_tokens=True)
 
 
 def test_ids_and_text_are_marian_tokenizers(marian_small):
@@ -151,18 +169,7 @@ def test_the_opus_mt_en_es_shape_is_exact(tmp_path):
     assert ours.out.out_features == 65_001 and ours.cfg.pad_id == ours.cfg.bos_id == 65_000
     assert ours.src_embed.weight.dtype == torch.float32
     en = [p["en"] for p in read_pairs(TATOEBA_TEST, 20)]
-    batch = tokenizer(en, text_target=en, return_tensors="pt", padding=True)
-    labels = batch["labels"]
-    tgt_in = torch.cat([torch.full((len(en), 1), ours.cfg.bos_id), labels[:, :-1]], 1)
-    with torch.no_grad():
-        theirs = model(**batch).logits
-        mine = ours(batch["input_ids"], tgt_in)
-        out = model.generate(
-            **tokenizer(en, return_tensors="pt", padding=True), num_beams=1, max_new_tokens=10
-        )
-    assert (theirs - mine)[labels != ours.cfg.pad_id].abs().max() < 1e-4
-    found = tok.decode(loaded.tgt_tokenizer, greedy(ours, batch["input_ids"], 9))
-    assert found == tokenizer.batch_decode(out, skip_special_tokens=True)
+    assert_same_logits_and_greedy(tokenizer, model, loaded, en, en)
 
 
 def finetune_config(marian, corpus, run, *overrides):
@@ -224,6 +231,16 @@ def test_a_marian_model_fine_tunes_resumes_exactly_and_goes_back_out(
         diff = model(**batch).logits - loaded.model(batch["input_ids"], tgt_in)
     assert diff[batch["labels"] != loaded.model.cfg.pad_id].abs().max() < 1e-4
 
+    pytest.importorskip("ctranslate2")
+    ct2 = tmp_path / "ct2"  # swish, halves, the logits bias and PAD starting the decoder
+    code, _, err = cli_main("export", str(straight), "--out", str(ct2))
+    assert code == 0, err
+    texts = [p["en"] for p in read_pairs(TATOEBA_TEST, 6)]
+    fp32 = ["decode.precision=fp32", "decode.beam=1"]
+    ours = open_translator(straight, device="cpu", decode=fp32).translate(texts)
+    assert open_translator(ct2, device="cpu", decode=fp32).translate(texts) == ours
+    assert all(ours)
+
 
 def test_fine_tuning_with_another_model_key_is_refused(marian_small, corpus_file, tmp_path):
     from mt.training.trainer import train
@@ -241,4 +258,104 @@ def test_without_the_hf_extra_one_line_says_what_to_install(marian_small, monkey
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
     with pytest.raises(ConfigError, match=r"pip install 'mt\[hf\]'") as e:
         ckpt.load(marian_small)
+    assert "\n" not in str(e.value)
+
+
+def test_a_target_language_leads_every_source_as_marian_tokenizer_puts_it(
+    marian_multilingual,
+):
+    from mt.decoding.pieces import source_pieces
+
+    tokenizer, model = reference(marian_multilingual)
+    en = [p["en"] for p in read_pairs(TATOEBA_TEST, 8)]
+    found = {}
+    for language in ("spa", "fra"):
+        token = f">>{language}<<"
+        limits = ["decode.max_len_a=0", "decode.max_len_b=9", "decode.beam=1"]
+        decode = ["decode.precision=fp32", *limits, f"decode.target_language={language}"]
+        translator = open_translator(marian_multilingual, device="cpu", decode=decode)
+        marian = tokenizer([f"{token} {text}" for text in en])["input_ids"]
+        ours = source_pieces(translator.src_tokenizer, en, 500, language).ids
+        assert [[*ids, translator.model.cfg.eos_id] for ids in ours] == marian
+        inputs = tokenizer([f"{token} {text}" for text in en], return_tensors="pt", padding=True)
+        with torch.no_grad():
+            out = model.generate(**inputs, num_beams=1, max_new_tokens=10)
+        found[language] = translator.translate(en)
+        assert found[language] == tokenizer.batch_decode(out, skip_special_tokens=True)
+    assert found["spa"] != found["fra"]  # the token reaches the encoder
+
+
+def test_a_target_language_outside_the_vocabulary_is_one_line(marian_multilingual, cli_main):
+    code, out, err = cli_main(
+        "translate",
+        "--checkpoint",
+        str(marian_multilingual),
+        "--set",
+        "decode.target_language=ita",
+        "Hello.",
+    )
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert "decode.target_language: ita: the model's source vocabulary has no >>ita<<" in err
+
+
+def test_separate_vocabularies_are_exact_in_and_out(marian_separate, tmp_path, cli_main):
+    tokenizer, model = reference(marian_separate)
+    loaded = ckpt.load(marian_separate)
+    ours = loaded.model
+    assert not loaded.config.tokenizer.joint
+    assert ours.src_embed.num_embeddings != ours.out.out_features  # two vocabularies
+    pairs = read_pairs(TATOEBA_TEST, 100)
+    en, es = [p["en"] for p in pairs], [p["es"] for p in pairs]
+    eos = ours.cfg.eos_id
+    assert [[*x, eos] for x in tok.encode(loaded.src_tokenizer, en)] == tokenizer(en)["input_ids"]
+    targets = tokenizer(text_target=es)["input_ids"]
+    assert [[*x, eos] for x in tok.encode(loaded.tgt_tokenizer, es)] == targets
+    decoded = tokenizer.batch_decode(targets, skip_special_tokens=True)
+    assert tok.decode(loaded.tgt_tokenizer, targets) == decoded
+    assert_same_logits_and_greedy(tokenizer, model, loaded, en, es)
+
+    back = tmp_path / "hf"
+    code, _, err = cli_main("export", str(marian_separate), "--format", "hf", "--out", str(back))
+    assert code == 0, err
+    for name in ("vocab.json", "target_vocab.json"):
+        assert json.loads((back / name).read_text()) == json.loads(
+            (marian_separate / name).read_text()
+        )
+    before = transformers.MarianMTModel.from_pretrained(marian_separate).state_dict()
+    after = transformers.MarianMTModel.from_pretrained(back).state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before if "embed_positions" not in k)
+    assert (
+        transformers.MarianTokenizer.from_pretrained(back)(text_target=es)["input_ids"] == targets
+    )
+
+    pytest.importorskip("ctranslate2")
+    ct2 = tmp_path / "ct2"
+    code, _, err = cli_main("export", str(marian_separate), "--out", str(ct2))
+    assert code == 0, err
+    fp32 = ["decode.precision=fp32", "decode.beam=1"]
+    mt_greedy = open_translator(marian_separate, device="cpu", decode=fp32).translate(en[:8])
+    assert open_translator(ct2, device="cpu", decode=fp32).translate(en[:8]) == mt_greedy
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda f: (f / "target_vocab.json").unlink(), "target_vocab.json: missing"),
+        (
+            lambda f: _edit_config(f, share_encoder_decoder_embeddings=True),
+            "separate_vocabs: two vocabularies cannot share one embedding matrix",
+        ),
+        (
+            lambda f: _edit_config(f, decoder_vocab_size=10),
+            "decoder_vocab_size 10 is not that of target_vocab.json",
+        ),
+    ],
+)
+def test_bad_separate_vocabularies_are_refused_in_one_line(
+    marian_separate, tmp_path, damage, message
+):
+    folder = copy_of(marian_separate, tmp_path)
+    damage(folder)
+    with pytest.raises(ConfigError, match=message) as e:
+        ckpt.load(folder)
     assert "\n" not in str(e.value)

@@ -1,11 +1,15 @@
 """Convert a checkpoint to a CTranslate2 folder (`mt export --format ctranslate2`).
 
 The CT2 model is built from our weights through CT2's own spec API (TransformerSpec): post-
-or pre-norm as trained, our sinusoid table (sin and cos interleaved, not CT2's concatenated
-default) as the position encodings, embeddings scaled by sqrt(d_model), tied matrices stored
-once, EOS appended to every source as our encoder expects, BOS `<s>` starting the decoder,
-and the vocabulary as token strings. The folder also holds the tokenizers and `mt.json`; the
-runtime that translates with it is `mt.decoding.ct2`.
+or pre-norm as trained, our sinusoid table (sin and cos interleaved, or a Marian model's
+halves) as the position encodings, embeddings scaled by sqrt(d_model), tied matrices stored
+once, the activation (swish is CT2's SWISH, as its own Marian converter has it), a Marian
+model's `final_logits_bias` as the output projection's bias, EOS appended to every source as
+our encoder expects, the model's BOS starting the decoder (a Marian model's is its PAD,
+whose embedding row is read as ours reads it, where CT2's Marian converter drops the row and
+starts from zeros), and the vocabulary as token strings. The folder also holds the
+tokenizers (a Marian model's SentencePiece ones as its run folder has them) and `mt.json`;
+the runtime that translates with it is `mt.decoding.ct2`.
 
 `ctranslate2` is an optional extra (pip install 'mt[export]'), imported only when used.
 """
@@ -17,8 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from ..data.tokenizer import SPECIAL_TOKENS
-from ..decoding.ct2 import MANIFEST, MANIFEST_FORMAT, ctranslate2, known_bleu, vocabulary
+from ..data.tokenizer import tokenizers_to_str
+from ..decoding.ct2 import (
+    MANIFEST,
+    MANIFEST_FORMAT,
+    ctranslate2,
+    known_bleu,
+    unk_token,
+    vocabulary,
+)
 from ..errors import ConfigError
 from ..files import atomic_path
 from ..run_folder import tokenizer_files
@@ -26,7 +37,7 @@ from ..run_folder import tokenizer_files
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("int8", "int8_float32", "bfloat16", "float16", "float32")
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which mt.model uses; CT2's is 1e-6
-ACTIVATIONS = ("relu", "gelu")  # ours that CT2 has (its GELU is the exact, erf one, as torch's)
+ACTIVATIONS = ("relu", "gelu", "swish")  # ours that CT2 has (its GELU is the erf one, as torch's)
 
 
 def unsupported(cfg: ModelConfig) -> str | None:
@@ -82,12 +93,13 @@ def export(
         "tgt_tokenizer": str(tgt_file),
         "config": cfg.to_dict(),
     }
+    tokenizers = (loaded.src_tokenizer, loaded.tgt_tokenizer)
+    texts = tokenizers_to_str(tokenizers, (src_file, tgt_file))
     with atomic_path(out) as tmp:
         tmp.mkdir()
         spec.save(str(tmp))
-        loaded.src_tokenizer.save(str(tmp / src_file))
-        if tgt_file != src_file:
-            loaded.tgt_tokenizer.save(str(tmp / tgt_file))
+        for file, text in {src_file: texts[0], tgt_file: texts[1]}.items():
+            (tmp / file).write_text(text, encoding="utf-8")
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out
 
@@ -98,7 +110,11 @@ def transformer_spec(loaded: Any) -> Any:
     from ctranslate2.specs.transformer_spec import TransformerSpec
 
     model, cfg = loaded.model, loaded.config.model
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+    activation = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "swish": common_spec.Activation.SWISH,
+    }
     spec = TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers),
         cfg.heads,
@@ -117,6 +133,8 @@ def transformer_spec(loaded: Any) -> Any:
     dec.embeddings.weight = _array(model.tgt_embed.weight)
     dec.position_encodings.encodings = pe
     dec.projection.weight = _array(model.out.weight)
+    if cfg.logits_bias:  # Marian's final_logits_bias
+        dec.projection.bias = _array(model.logits_bias)
     for layer_spec, layer in zip(dec.layer, model.decoder):
         _linear(layer_spec.self_attention.linear[0], layer.self_attn.qkv)
         _linear(layer_spec.self_attention.linear[1], layer.self_attn.out)
@@ -129,13 +147,15 @@ def transformer_spec(loaded: Any) -> Any:
     if cfg.norm_first:  # pre-norm: the stacks end with a LayerNorm
         _norm(enc.layer_norm, model.encoder_norm)
         _norm(dec.layer_norm, model.decoder_norm)
-    _, bos, eos, unk = SPECIAL_TOKENS
+    target = vocabulary(loaded.tgt_tokenizer)
+    bos, eos = target[cfg.bos_id], target[cfg.eos_id]  # the model's ids, not constants
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
-    spec.config.bos_token, spec.config.eos_token, spec.config.unk_token = bos, eos, unk
+    spec.config.bos_token, spec.config.eos_token = bos, eos
+    spec.config.unk_token = unk_token(loaded.tgt_tokenizer)
     spec.config.decoder_start_token = bos
     spec.config.add_source_eos = True  # our encoder reads the source ids and EOS
     spec.register_source_vocabulary(vocabulary(loaded.src_tokenizer))
-    spec.register_target_vocabulary(vocabulary(loaded.tgt_tokenizer))
+    spec.register_target_vocabulary(target)
     return spec
 
 

@@ -8,7 +8,10 @@ samples as `num_hypotheses`). CT2 divides a hypothesis's log-probability by L **
 by GNMT's ((5 + L) / 6) ** alpha: its hypotheses are rescored with ours (greedy search is
 unaffected; the beam search itself may rarely differ). With a prefix CT2's scores leave the
 prefix's tokens out (ours count them; a text's hypotheses share it, so rank alike). PAD and
-BOS are never generated, as in ours. CT2 has neither ensembles nor lexical constraints.
+BOS (the model's own ids: a Marian model's are one token) are never generated, as in ours.
+CT2 has neither ensembles nor lexical constraints. CT2 reads and writes token strings:
+sources are cut by the run's tokenizers (ours, or a Marian model's SentencePiece ones,
+mt.data.spm) and their ids looked up in the vocabulary.
 
 CT2 seeds each worker thread's generator once, when the thread first samples, from the
 process's seed (`set_random_seed`); so a sampling call runs on a translator opened after
@@ -62,9 +65,14 @@ def known_bleu(meta: dict[str, str]) -> float | None:
 def vocabulary(tokenizer: Tokenizer) -> list[str]:
     """The vocabulary as token strings, by id."""
     tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
-    if tokens[: len(SPECIAL_TOKENS)] != list(SPECIAL_TOKENS) or None in tokens:
-        raise ConfigError(f"the vocabulary does not start with {' '.join(SPECIAL_TOKENS)}")
+    if None in tokens:
+        raise ConfigError(f"the vocabulary has no token for id {tokens.index(None)}")
     return tokens
+
+
+def unk_token(tokenizer: Tokenizer) -> str:
+    """The tokenizer's unknown token: a Marian model's own (mt.data.spm), else mt's."""
+    return getattr(tokenizer, "specials", {}).get("unk", SPECIAL_TOKENS[3])
 
 
 @dataclass
@@ -117,8 +125,8 @@ def load(path: str | Path, device: str = "cpu", threads: int = 0) -> Exported:
     manifest = _manifest(path)
     config = read_config(path)
     translator = _translator(path, str(device), threads)
-    src = Tokenizer.from_file(str(path / manifest["src_tokenizer"]))
-    tgt = Tokenizer.from_file(str(path / manifest["tgt_tokenizer"]))
+    files = [path / manifest[f"{side}_tokenizer"] for side in ("src", "tgt")]
+    src, tgt = tok.tokenizers_from_files(files)
     return Exported(translator, config, src, tgt, path, manifest, str(device), threads)
 
 
@@ -150,7 +158,8 @@ def translate_nbest(
     from .pieces import source_pieces
     from .translate import decode_batch_tokens, output_limits, piece_prefixes
 
-    pieces = source_pieces(exported.src_tokenizer, texts, max_length(exported.cfg))
+    limit, lead = max_length(exported.cfg), cfg.target_language
+    pieces = source_pieces(exported.src_tokenizer, texts, limit, lead)
     ids = pieces.ids
     limits = output_limits(exported.cfg, ids, cfg)
     forced = piece_prefixes(exported.tgt_tokenizer, pieces, prefixes, limits)
@@ -159,7 +168,7 @@ def translate_nbest(
     todo = [i for i, x in enumerate(ids) if x]
     if not todo:
         return pieces.joined(out)
-    pad, bos = SPECIAL_TOKENS[0], SPECIAL_TOKENS[1]
+    pad, bos = (exported.tgt_tokens[i] for i in (exported.cfg.pad_id, exported.cfg.bos_id))
     vocab_size = exported.tgt_tokenizer.get_vocab_size()
     budget = decode_batch_tokens(cfg, exported.cfg, vocab_size, exported.device)
     rows = cfg.nbest if cfg.sampling else cfg.beam  # decoded per source

@@ -21,6 +21,7 @@ from ..config_file import decoding_config
 from ..errors import ConfigError
 from . import ct2
 from .ensemble import load_ensemble
+from .pieces import lead_ids
 
 ENGINES = ("auto", "torch", "ctranslate2")
 
@@ -191,8 +192,11 @@ def open_translator(
                 f"{path}: CTranslate2 has no ensembles; decode the checkpoints it was "
                 "exported from with the torch engine"
             )
-        return CT2Translator(ct2.load(path, str(dev), threads), cfg, dev)
-    return TorchTranslator(load_ensemble([path, *members], dev), cfg, dev)
+        translator: Translator = CT2Translator(ct2.load(path, str(dev), threads), cfg, dev)
+    else:
+        translator = TorchTranslator(load_ensemble([path, *members], dev), cfg, dev)
+    lead_ids(translator.src_tokenizer, cfg.decode.target_language)  # refused up front
+    return translator
 
 
 def decode_options(**options: Any) -> list[str]:

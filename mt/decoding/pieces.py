@@ -18,6 +18,7 @@ from typing import TypeVar
 from tokenizers import Tokenizer
 
 from ..data import tokenizer as tok
+from ..errors import ConfigError
 
 T = TypeVar("T")
 
@@ -74,16 +75,34 @@ class Pieces:
         return out
 
 
-def source_pieces(tokenizer: Tokenizer, texts: Sequence[str], limit: int) -> Pieces:
+def source_pieces(tokenizer: Tokenizer, texts: Sequence[str], limit: int, lead: str = "") -> Pieces:
     """The token ids of each text, cut where one is longer than `limit` (the model's
-    positions, less EOS) into pieces that fit."""
+    positions, less EOS) into pieces that fit; the token of language `lead`
+    (decode.target_language), when given, first in every piece."""
+    leading = lead_ids(tokenizer, lead)
     ids, counts = [], []
+    room = limit - len(leading)
     for text_ids in tok.encode(tokenizer, texts):
-        fits = len(text_ids) <= limit  # nearly always: no break points to look for
-        pieces = [text_ids] if fits else cut(text_ids, limit, strengths(tokenizer, text_ids))
-        ids += pieces
+        fits = len(text_ids) <= room  # nearly always: no break points to look for
+        pieces = [text_ids] if fits else cut(text_ids, room, strengths(tokenizer, text_ids))
+        ids += [leading + piece for piece in pieces]
         counts.append(len(pieces))
     return Pieces(ids, counts)
+
+
+def lead_ids(tokenizer: Tokenizer, language: str) -> list[int]:
+    """What decode.target_language `language` puts before a source: [] for "", else the id
+    of its token >>language<< in the source vocabulary, as MarianTokenizer looks a leading
+    >>xx<< code up; refused in one line when the vocabulary has no such token."""
+    if not language:
+        return []
+    token = f">>{language}<<"
+    found = tokenizer.token_to_id(token)
+    if found is None:
+        raise ConfigError(
+            f"decode.target_language: {language}: the model's source vocabulary has no {token}"
+        )
+    return [found]
 
 
 def strengths(tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:

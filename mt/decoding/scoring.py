@@ -26,7 +26,7 @@ from ..data.store import Split
 from ..device import autocast, precision_for
 from ..messages import say
 from ..model import Transformer, max_length
-from .pieces import fitted_pairs, not_exact
+from .pieces import fitted_pairs, lead_ids, not_exact
 from .search import length_penalty
 from .translate import decode_batch_tokens
 
@@ -80,7 +80,8 @@ def score_pairs(
     device: torch.device | str = "cpu",
 ) -> list[Scored]:
     """The log-probability of each (source, target) text pair, in input order."""
-    src_ids = tok.encode(src_tokenizer, [src for src, _ in pairs])
+    lead = lead_ids(src_tokenizer, cfg.target_language)
+    src_ids = [lead + ids for ids in tok.encode(src_tokenizer, [src for src, _ in pairs])]
     return score_ids(model, src_ids, tok.encode(tgt_tokenizer, [t for _, t in pairs]), cfg, device)
 
 

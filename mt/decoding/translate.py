@@ -54,7 +54,7 @@ def translate_nbest(
     `prefixes`: the target text each translation starts with ("": none), one per text;
     `constraints`: the target terms each translation must contain, a list per text (a text
     cut into pieces has both on its first piece)."""
-    pieces = source_pieces(src_tokenizer, texts, max_length(model.cfg))
+    pieces = source_pieces(src_tokenizer, texts, max_length(model.cfg), cfg.target_language)
     ids = pieces.ids
     limits = output_limits(model.cfg, ids, cfg)
     forced = piece_prefixes(tgt_tokenizer, pieces, prefixes, limits)

@@ -212,7 +212,8 @@ def _attention(translator, sentence: str, layer: int, kind: str):
     model, device = translator.model, translator.device
     src_tok, tgt_tok = translator.src_tokenizer, translator.tgt_tokenizer
     # the same greedy search `translate --beam 1` runs, with the same length limits
-    ids = source_pieces(src_tok, [sentence], max_length(model.cfg)).ids
+    lead = translator.config.decode.target_language
+    ids = source_pieces(src_tok, [sentence], max_length(model.cfg), lead).ids
     if len(ids) > 1:  # its pieces would be translated apart: no one map to draw
         raise ConfigError(
             f"the sentence is longer than the {max_length(model.cfg)} tokens the model's "
