@@ -26,10 +26,10 @@ from .data.packing import PackedBatch
 from .data.tokenizer import Specials
 from .packed_attention import document_masks, use_flex
 
-__all__ = ["DecoderState", "Transformer", "max_length"]
+__all__ = ["DecoderState", "Transformer", "max_sentence_tokens"]
 
 
-def max_length(cfg: ModelConfig) -> int:
+def max_sentence_tokens(cfg: ModelConfig) -> int:
     """The most tokens a sentence may have, and a translation before its EOS: every position
     but one, left for EOS (source, labels, output) or BOS (decoder input)."""
     return cfg.max_positions - 1
@@ -298,7 +298,7 @@ class Transformer(nn.Module):
             x = layer(x, src_keep if mask is None else mask)
         return self.encoder_norm(x), src_keep
 
-    def decode(self, tgt_in, memory, src_keep, self_mask=None, positions=None) -> Tensor:
+    def decoder_logits(self, tgt_in, memory, src_keep, self_mask=None, positions=None) -> Tensor:
         # tgt_in (B, T), starting with BOS; padding only at the end, which the causal mask
         # already hides from real positions -> logits (B, T, V). src_keep: the cross-attention
         # mask; self_mask and positions: those of packed rows
@@ -316,12 +316,12 @@ class Transformer(nn.Module):
         # src (B, S), tgt_in (B, T) -> logits (B, T, V). With `packed` (tensors), the rows
         # hold several sentences: attention stays inside each, positions restart at each.
         if packed is None:
-            return self.decode(tgt_in, *self.encode(src))
+            return self.decoder_logits(tgt_in, *self.encode(src))
         flex = use_flex(self.cfg, src.device.type, self.training)
         self.attention = "flex" if flex else "sdpa"  # the path taken, for gpu_check to report
         encoder, decoder, cross = document_masks(packed.src_doc, packed.tgt_doc, flex)
         memory, _ = self.encode(src, encoder, packed.src_pos)
-        return self.decode(tgt_in, memory, cross, decoder, packed.tgt_pos)
+        return self.decoder_logits(tgt_in, memory, cross, decoder, packed.tgt_pos)
 
     @torch.no_grad()
     def attention_weights(self, src: Tensor, tgt_in: Tensor) -> list[tuple[Tensor, Tensor]]:

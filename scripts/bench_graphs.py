@@ -29,7 +29,7 @@ from mt.decoding.pieces import source_pieces
 from mt.decoding.search import Plan
 from mt.decoding.translate import translate_ids
 from mt.device import cpu_info, precision_for
-from mt.model import max_length
+from mt.model import max_sentence_tokens
 
 
 def plans(device: torch.device) -> dict[str, Plan]:
@@ -64,7 +64,7 @@ def main() -> None:
     loaded = checkpoint.load(args.checkpoint, device)
     pairs = read_pairs_jsonl(args.pairs, "en", "es")[: args.sentences or None]
     ids = source_pieces(
-        loaded.src_tokenizer, [s for s, _ in pairs], max_length(loaded.model.cfg)
+        loaded.src_tokenizer, [s for s, _ in pairs], max_sentence_tokens(loaded.model.cfg)
     ).ids
     rows = []
     for beam in (1, 5):

@@ -42,7 +42,7 @@ def worker(spec: dict) -> None:
     from mt.decoding.pieces import source_pieces
     from mt.decoding.translate import translate_ids
     from mt.device import precision_for
-    from mt.model import max_length
+    from mt.model import max_sentence_tokens
 
     def synced_clock() -> float:
         if device.type == "cuda":
@@ -56,7 +56,7 @@ def worker(spec: dict) -> None:
     load_s = synced_clock() - started
     pairs = read_pairs_jsonl(spec["pairs"], "en", "es")[: spec["sentences"] or None]
     ids = source_pieces(
-        loaded.src_tokenizer, [s for s, _ in pairs], max_length(loaded.model.cfg)
+        loaded.src_tokenizer, [s for s, _ in pairs], max_sentence_tokens(loaded.model.cfg)
     ).ids
     runs = []
     for beam, precision in spec["searches"]:
@@ -85,7 +85,7 @@ def worker(spec: dict) -> None:
                 "target_tokens": sum(len(t) + 1 for t in tokens),
                 "tokens": tokens,
                 "scores": [h.score if h else None for h in best],
-                "texts": tok.decode(loaded.tgt_tokenizer, tokens),
+                "texts": tok.detokenize(loaded.tgt_tokenizer, tokens),
             }
         )
     print(json.dumps({"mt": mt.__file__, "load_s": load_s, "runs": runs}))
@@ -95,8 +95,8 @@ def resolved_batch_tokens(cfg, model, device) -> int:
     """decode.batch_tokens as the `mt` under test resolves it; a reference may be older."""
     import mt.decoding.translate
 
-    if hasattr(mt.decoding.translate, "decode_batch_tokens"):
-        return mt.decoding.translate.decode_batch_tokens(
+    if hasattr(mt.decoding.translate, "translation_batch_tokens"):
+        return mt.decoding.translate.translation_batch_tokens(
             cfg, model.cfg, model.out.out_features, device
         )
     if hasattr(mt.decoding.translate, "batch_tokens_for"):  # before issue 27

@@ -19,7 +19,7 @@ from mt.data.store import Split
 from mt.decoding.engine import open_translator
 from mt.decoding.pieces import source_pieces
 from mt.decoding.translate import translate_ids
-from mt.model import max_length
+from mt.model import max_sentence_tokens
 from mt.text import translate_texts
 from mt.training.trainer import train
 from mt.training.validation import validation_record
@@ -93,15 +93,15 @@ def test_a_sentence_twice_the_positions_comes_back_whole_one_policy_for_all(
     cli_main, run_dir, tmp_path
 ):
     loaded = checkpoint.load(run_dir)
-    limit = max_length(loaded.model.cfg)
+    limit = max_sentence_tokens(loaded.model.cfg)
     text = long_sentence(loaded.src_tokenizer, 2 * limit)
     pieces = source_pieces(loaded.src_tokenizer, [text], limit)
     assert len(pieces.ids) >= 3 and max(map(len, pieces.ids)) <= limit
-    decoded = tok.decode(loaded.src_tokenizer, pieces.ids)
+    decoded = tok.detokenize(loaded.src_tokenizer, pieces.ids)
     assert "".join(decoded) == text and all(p.endswith(",") for p in decoded[:-1])
     greedy = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
     found = translate_ids(loaded.model, pieces.ids, greedy)
-    whole = " ".join(tok.decode(loaded.tgt_tokenizer, [h[0].tokens for h in found]))
+    whole = " ".join(tok.detokenize(loaded.tgt_tokenizer, [h[0].tokens for h in found]))
 
     # mt translate: whole, no warning
     code, out, err = cli_main("translate", "--checkpoint", str(run_dir), "--beam", "1", text)

@@ -12,7 +12,7 @@ from test_cli_decode import run_dir  # noqa: F401  (the module's trained tiny ru
 from mt import checkpoint
 from mt.data import tokenizer as tok
 from mt.decoding import translate
-from mt.model import max_length
+from mt.model import max_sentence_tokens
 
 SENTENCES = ["Hello.", "The coffee is hot and the water is cold.", "I like music."]
 
@@ -233,7 +233,9 @@ def test_a_text_cut_into_pieces_keeps_the_numbers_and_terms_of_the_texts(
     tmp_path,
 ):
     loaded = checkpoint.load(run_dir)
-    long = long_sentence(loaded.src_tokenizer, 2 * max_length(loaded.model.cfg))  # 3 pieces
+    long = long_sentence(
+        loaded.src_tokenizer, 2 * max_sentence_tokens(loaded.model.cfg)
+    )  # 3 pieces
     lines = tmp_path / "in.txt"
     lines.write_text(f"{long}\nHello dog.\nHi.\n", encoding="utf-8")
     base = ["translate", "--checkpoint", str(run_dir), "--beam", "2", "--file", str(lines)]

@@ -337,7 +337,9 @@ def streamed(pairs, tmp_path: Path, seed: int = 3, name: str = "run", **sizes: i
     prepared = prepare(config)
     train, toks = prepared.splits["train"], (prepared.src_tokenizer, prepared.tgt_tokenizer)
     texts = {
-        "train": list(zip(*(tok.decode(t, side) for t, side in zip(toks, (train.src, train.tgt)))))
+        "train": list(
+            zip(*(tok.detokenize(t, side) for t, side in zip(toks, (train.src, train.tgt))))
+        )
     }
     for held in SIZES:
         texts[held] = list(zip(prepared.splits[held].src_text, prepared.splits[held].tgt_text))
@@ -389,7 +391,7 @@ def test_prepare_has_no_source_leakage(corpus_file: Path, tmp_path: Path):
     )
     prepared = prepare(config)
     src_tok = prepared.src_tokenizer
-    train_src = set(tok.decode(src_tok, prepared.splits["train"].src))
+    train_src = set(tok.detokenize(src_tok, prepared.splits["train"].src))
     held_out = prepared.splits["valid"].src_text + prepared.splits["test"].src_text
     assert len(held_out) == 20
     assert not {key(s) for s in held_out} & {key(s) for s in train_src}
@@ -515,7 +517,7 @@ def test_odd_unicode_round_trips_without_unk(tiny_tokenizer: Tokenizer):
     texts = [normalize(t) for t in ODD]
     ids = tok.encode(tiny_tokenizer, texts)
     assert not any(3 in seq for seq in ids)
-    assert tok.decode(tiny_tokenizer, ids) == texts
+    assert tok.detokenize(tiny_tokenizer, ids) == texts
     assert tok.round_trip_rate(tiny_tokenizer, texts) == 1.0
 
 
@@ -524,7 +526,7 @@ def test_special_token_strings_in_text_are_plain_text(tiny_tokenizer: Tokenizer)
     for tokenizer in (tiny_tokenizer, Tokenizer.from_str(tiny_tokenizer.to_str())):  # reloaded
         ids = tok.encode(tokenizer, texts)
         assert not set(ids[0]) & {0, 1, 2, 3}
-        assert tok.decode(tokenizer, ids) == texts
+        assert tok.detokenize(tokenizer, ids) == texts
 
 
 def test_saved_tokenizer_opens_with_the_tokenizers_library(tiny_tokenizer: Tokenizer, tmp_path):
@@ -581,6 +583,6 @@ def test_every_tatoeba_test_sentence_round_trips():
     assert len(texts) > 3000
     ids = tok.encode(tokenizer, texts)
     assert not any(3 in seq for seq in ids)  # no <unk>, ever
-    back = tok.decode(tokenizer, ids)
+    back = tok.detokenize(tokenizer, ids)
     assert [t for t, b in zip(texts, back) if t != b] == []
     assert tok.round_trip_rate(tokenizer, texts) == 1.0

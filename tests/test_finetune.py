@@ -20,7 +20,7 @@ from mt.decoding.pieces import source_pieces
 from mt.decoding.scoring import score_ids, score_pairs
 from mt.decoding.translate import translate_ids
 from mt.errors import ConfigError
-from mt.model import max_length
+from mt.model import max_sentence_tokens
 from mt.training import finetune
 from mt.training.finetune import FROZEN
 from mt.training.trainer import Trainer, train
@@ -122,7 +122,9 @@ def test_score_equals_the_beams_own_scores(trained):
     loaded = checkpoint.load(trained)
     cfg = dataclasses.replace(loaded.config.decode, beam=3, nbest=3, alpha=0.6, precision="fp32")
     sources = [src for src, _ in PAIRS[:16] if src.strip()]
-    src_ids = source_pieces(loaded.src_tokenizer, sources, max_length(loaded.model.cfg)).ids
+    src_ids = source_pieces(
+        loaded.src_tokenizer, sources, max_sentence_tokens(loaded.model.cfg)
+    ).ids
     found = translate_ids(loaded.model, src_ids, cfg)
     flat = [(s, h) for s, hyps in zip(src_ids, found) for h in hyps]
     scored = score_ids(loaded.model, [s for s, _ in flat], [h.tokens for _, h in flat], cfg)

@@ -43,7 +43,7 @@ def assert_same_logits_and_greedy(tokenizer, model, loaded, sources, targets):
         inputs = tokenizer(sources, return_tensors="pt", padding=True)
         out = model.generate(**inputs, num_beams=1, max_new_tokens=10)
     assert (theirs - mine)[labels != ours.cfg.pad_id].abs().max() < 1e-4
-    found = tok.decode(loaded.tgt_tokenizer, greedy(ours, batch["input_ids"], 9))
+    found = tok.detokenize(loaded.tgt_tokenizer, greedy(ours, batch["input_ids"], 9))
     assert found == tokenizer.batch_decode(out, skip_special_tokens=True)
 
 
@@ -57,7 +57,7 @@ def test_ids_and_text_are_marian_tokenizers(marian_small):
     targets = theirs(text_target=es)["input_ids"]
     assert [[*x, eos] for x in tok.encode(loaded.tgt_tokenizer, es)] == targets
     assert any(theirs.unk_token_id in x for x in targets)  # unknown pieces were met
-    assert tok.decode(loaded.tgt_tokenizer, targets) == theirs.batch_decode(
+    assert tok.detokenize(loaded.tgt_tokenizer, targets) == theirs.batch_decode(
         targets, skip_special_tokens=True
     )
 
@@ -83,7 +83,7 @@ def test_logits_greedy_and_beam_are_transformers(marian_small):
             **tokenizer(en, return_tensors="pt", padding=True), num_beams=1, max_new_tokens=steps
         )
     expected = tokenizer.batch_decode(out, skip_special_tokens=True)
-    found = tok.decode(loaded.tgt_tokenizer, greedy(ours, src, steps - 1))
+    found = tok.detokenize(loaded.tgt_tokenizer, greedy(ours, src, steps - 1))
     assert found == expected
     assert len(set(found)) > 10  # the outputs depend on the sources
 
@@ -98,7 +98,7 @@ def test_logits_greedy_and_beam_are_transformers(marian_small):
         )
     expected = tokenizer.batch_decode(out, skip_special_tokens=True)
     hyps = beam_search(ours, src, cfg)
-    assert tok.decode(loaded.tgt_tokenizer, [h[0].tokens for h in hyps]) == expected
+    assert tok.detokenize(loaded.tgt_tokenizer, [h[0].tokens for h in hyps]) == expected
 
 
 def test_translate_cli_opens_a_marian_folder(marian_small, cli_main):
@@ -311,7 +311,7 @@ def test_separate_vocabularies_are_exact_in_and_out(marian_separate, tmp_path, c
     targets = tokenizer(text_target=es)["input_ids"]
     assert [[*x, eos] for x in tok.encode(loaded.tgt_tokenizer, es)] == targets
     decoded = tokenizer.batch_decode(targets, skip_special_tokens=True)
-    assert tok.decode(loaded.tgt_tokenizer, targets) == decoded
+    assert tok.detokenize(loaded.tgt_tokenizer, targets) == decoded
     assert_same_logits_and_greedy(tokenizer, model, loaded, en, es)
 
     back = tmp_path / "hf"

@@ -19,7 +19,7 @@ from mt.data.tokenizer import BOS, EOS
 from mt.decoding.engine import open_translator
 from mt.decoding.pieces import source_pieces
 from mt.decoding.translate import translate_ids
-from mt.model import max_length
+from mt.model import max_sentence_tokens
 from mt.training.plot import _labels, plot_attention, plot_run
 from mt.training.trainer import train
 
@@ -187,7 +187,7 @@ def test_the_attention_maps_are_the_model_s_weights_one_per_head(run_dir, drawn)
     translator = open_translator(str(run_dir), "torch", "cpu", 0, [], None)
     translation, _ = plot_attention(translator, "The cat sleeps.", layer=1, kind="cross")
     model, tokenizer = translator.model, translator.src_tokenizer
-    ids = source_pieces(tokenizer, ["The cat sleeps."], max_length(model.cfg)).ids
+    ids = source_pieces(tokenizer, ["The cat sleeps."], max_sentence_tokens(model.cfg)).ids
     greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
     tokens = translate_ids(model, ids, greedy)[0][0].tokens
     src, tgt = torch.tensor([[*ids[0], EOS]]), torch.tensor([[BOS, *tokens]])

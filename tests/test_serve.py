@@ -28,7 +28,7 @@ from mt.data import tokenizer as tok
 from mt.decoding.engine import Translator, open_translator
 from mt.decoding.pieces import source_pieces
 from mt.formats import FILE_FORMATS
-from mt.model import max_length
+from mt.model import max_sentence_tokens
 from mt.serve import app as serve_app
 from mt.serve.batcher import Service, Settings
 from mt.serve.requests import FORM_TYPE, JSON_TYPE
@@ -153,13 +153,13 @@ def test_a_sentence_longer_than_the_positions_is_served_whole(model, capfd):
     with serving(loader(model), max_chars=20_000) as (address, service):
         wait_ready(address)
         translator = service.translator
-        limit = max_length(translator.model.cfg)
+        limit = max_sentence_tokens(translator.model.cfg)
         text = long_sentence(translator.src_tokenizer, 2 * limit)
         status, answer, _ = call(address, "/translate", {"q": text, "beam": 1})
     assert status == 200
     greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
     pieces = source_pieces(translator.src_tokenizer, [text], limit)
-    found = translator.translate_nbest(tok.decode(translator.src_tokenizer, pieces.ids), greedy)
+    found = translator.translate_nbest(tok.detokenize(translator.src_tokenizer, pieces.ids), greedy)
     assert len(found) >= 3
     assert answer["translatedText"] == " ".join(h[0][0] for h in found)
     assert "warning" not in capfd.readouterr().err
@@ -485,9 +485,9 @@ def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
     assert answer["translatedText"][-1] == f"{want[-2][0][0]} {want[-1][0][0]}"
     # a sentence longer than the positions: whole, in the pieces torch's engine cuts
     exported = service.translator.exported
-    limit = max_length(exported.cfg)
+    limit = max_sentence_tokens(exported.config.model)
     text = long_sentence(exported.src_tokenizer, 2 * limit)
-    pieces = tok.decode(
+    pieces = tok.detokenize(
         exported.src_tokenizer, source_pieces(exported.src_tokenizer, [text], limit).ids
     )
     (whole,) = ct2.translate_nbest(exported, [text], decode)

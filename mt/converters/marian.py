@@ -47,7 +47,7 @@ from ..decoding.search import output_lengths, within_positions
 from ..errors import ConfigError
 from ..files import atomic_path
 from ..marian import TARGET_VOCAB, TOKENIZER_FILES, require_hf, weight_names
-from ..model import max_length
+from ..model import max_sentence_tokens
 from ..run_folder import data_dir, store_files
 
 GNMT_OFFSET = 5  # GNMT's penalty ((5 + L) / 6) ** alpha
@@ -115,7 +115,7 @@ def search_options(config: Config, lengths: dict[str, np.ndarray]) -> dict[str, 
     the longest validation source (the model's longest output without one): one limit for
     every sentence, where ours is each sentence's own."""
     d = config.decode
-    longest = torch.tensor(max_length(config.model))
+    longest = torch.tensor(max_sentence_tokens(config.model))
     if "src" in lengths:
         longest = output_lengths(torch.tensor(lengths["src"].max()), d.max_len_a, d.max_len_b)
     options: dict[str, Any] = {

@@ -147,7 +147,7 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
 
-def decode(tokenizer: Tokenizer, ids: Sequence[Sequence[int]]) -> list[str]:
+def detokenize(tokenizer: Tokenizer, ids: Sequence[Sequence[int]]) -> list[str]:
     """Natural text of each id sequence; special tokens are dropped."""
     return tokenizer.decode_batch([list(x) for x in ids], skip_special_tokens=True)
 
@@ -156,7 +156,7 @@ def round_trip_rate(tokenizer: Tokenizer, texts: Sequence[str]) -> float:
     """Fraction of texts that decode back to exactly themselves."""
     if not texts:
         return 1.0
-    back = decode(tokenizer, encode(tokenizer, texts))
+    back = detokenize(tokenizer, encode(tokenizer, texts))
     return sum(a == b for a, b in zip(texts, back)) / len(texts)
 
 
@@ -187,7 +187,7 @@ class BpeDropout:
         # the sentences as words of byte symbols: one flat array, the lengths of its pieces
         words = [
             [w for w, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text)]
-            for text in decode(tokenizer, ids)
+            for text in detokenize(tokenizer, ids)
         ]
         self.words_per_sentence = np.fromiter(map(len, words), np.int64, len(words))
         flat = [w for sentence in words for w in sentence]

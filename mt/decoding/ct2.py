@@ -30,7 +30,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from ..config import Config, DecodeConfig, ModelConfig
+from ..config import Config, DecodeConfig
 from ..config_file import config_from_dict
 from ..data import tokenizer as tok
 from ..data.tokenizer import SPECIAL_TOKENS
@@ -77,7 +77,7 @@ def unk_token(tokenizer: Tokenizer) -> str:
 
 @dataclass
 class Exported:
-    """An exported folder ready to translate: `cfg` is the model config, as Transformer's."""
+    """An exported folder ready to translate."""
 
     translator: Any  # ctranslate2.Translator
     config: Config
@@ -97,10 +97,6 @@ class Exported:
         """A translator of the same model whose samples start from `seed` (see above)."""
         ctranslate2().set_random_seed(seed)
         return _translator(self.path, self.device, self.threads)
-
-    @property
-    def cfg(self) -> ModelConfig:  # as a Transformer's
-        return self.config.model
 
 
 def read_config(path: str | Path) -> Config:
@@ -154,23 +150,25 @@ def translate_nbest(
     Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
-    from ..model import max_length
+    from ..model import max_sentence_tokens
     from .pieces import source_pieces
-    from .translate import decode_batch_tokens, output_limits, piece_prefixes
+    from .translate import output_limits, piece_prefixes, translation_batch_tokens
 
-    limit, lead = max_length(exported.cfg), cfg.target_language
+    limit, lead = max_sentence_tokens(exported.config.model), cfg.target_language
     pieces = source_pieces(exported.src_tokenizer, texts, limit, lead)
     ids = pieces.ids
-    limits = output_limits(exported.cfg, ids, cfg)
+    limits = output_limits(exported.config.model, ids, cfg)
     forced = piece_prefixes(exported.tgt_tokenizer, pieces, prefixes, limits)
     scored = cfg.sampling or not cfg.greedy
     out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
     todo = [i for i, x in enumerate(ids) if x]
     if not todo:
         return pieces.joined(out)
-    pad, bos = (exported.tgt_tokens[i] for i in (exported.cfg.pad_id, exported.cfg.bos_id))
+    pad, bos = (
+        exported.tgt_tokens[i] for i in (exported.config.model.pad_id, exported.config.model.bos_id)
+    )
     vocab_size = exported.tgt_tokenizer.get_vocab_size()
-    budget = decode_batch_tokens(cfg, exported.cfg, vocab_size, exported.device)
+    budget = translation_batch_tokens(cfg, exported.config.model, vocab_size, exported.device)
     rows = cfg.nbest if cfg.sampling else cfg.beam  # decoded per source
     if cfg.sampling:
         translator = exported.seeded(cfg.seed or 0)
@@ -210,7 +208,7 @@ def _ranked(
     from .search import length_penalty
 
     hyps = [[exported.tgt_ids[t] for t in h[:limit]] for h in result.hypotheses]
-    texts = tok.decode(exported.tgt_tokenizer, hyps)
+    texts = tok.detokenize(exported.tgt_tokenizer, hyps)
     if not scored:
         return [(text, float("nan")) for text in texts]
     # CT2 ranks by logprob / L ** alpha, L counting EOS: rescored by ours, GNMT's

@@ -110,7 +110,7 @@ def strengths(tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:
     punctuation that ends the token before it, else whether a word starts there."""
     if len(ids) <= 1:
         return [0] * len(ids)
-    tokens = [tok.decode(tokenizer, [[i]])[0] for i in ids]
+    tokens = [tok.detokenize(tokenizer, [[i]])[0] for i in ids]
     words = [after[:1].isspace() or tok.starts_word(tokenizer, i) for after, i in zip(tokens, ids)]
     return [0] + [
         BREAK_STRENGTH.get(before.rstrip()[-1:], 0) or (WORD_START if word else 0)

@@ -25,10 +25,10 @@ from ..data.corpus import Pair
 from ..data.store import Split
 from ..device import autocast, precision_for
 from ..messages import say
-from ..model import Transformer, max_length
+from ..model import Transformer, max_sentence_tokens
 from .pieces import fitted_pairs, lead_ids, not_exact
 from .search import length_penalty
-from .translate import decode_batch_tokens
+from .translate import translation_batch_tokens
 
 T = TypeVar("T")
 
@@ -96,7 +96,7 @@ def score_ids(
     """The same for token ids (without BOS and EOS). A pair longer than the model's positions
     is scored on what fits of it (mt.decoding.pieces), said in one line."""
     device = torch.device(device)
-    limit = max_length(model.cfg)
+    limit = max_sentence_tokens(model.cfg)
     src_ids, tgt_ids, cut_ones = fitted_pairs(src_ids, tgt_ids, limit)
     if cut_ones:
         say(not_exact(cut_ones, limit))
@@ -105,7 +105,7 @@ def score_ids(
     dtype, _ = precision_for(cfg.precision, device)
     model.eval()
     logprobs = np.zeros(len(split))
-    budget = decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
+    budget = translation_batch_tokens(cfg, model.cfg, model.out.out_features, device)
     measure = functools.partial(_target_logprobs, pad=model.cfg.pad_id)
     passes = teacher_forced(model, split, lengths, budget, device, measure, dtype)
     for index, sums in passes:

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from mt.config import DecodeConfig, ModelConfig
 from mt.decoding.graphs import Step, graphs_for
-from mt.model import DecoderState, Transformer, max_length
+from mt.model import DecoderState, Transformer, max_sentence_tokens
 
 T = TypeVar("T")
 
@@ -59,7 +59,7 @@ def max_output_lengths(src: Tensor, a: float, b: int, pad: int = 0) -> Tensor:
 def within_positions(max_len: int | Tensor, model: ModelConfig) -> Tensor:
     """Output lengths lowered where the model's positions require: the step that must give
     EOS reads position max_len, which must exist."""
-    return torch.as_tensor(max_len).clamp(max=max_length(model))
+    return torch.as_tensor(max_len).clamp(max=max_sentence_tokens(model))
 
 
 def _limits(model: Transformer, src: Tensor, max_len: int | Tensor) -> Tensor:

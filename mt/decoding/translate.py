@@ -21,7 +21,7 @@ from ..data.batches import pad_batch
 from ..device import autocast, precision_for
 from ..errors import ConfigError, MachineError
 from ..messages import say
-from ..model import Transformer, max_length
+from ..model import Transformer, max_sentence_tokens
 from .constraints import Constraints, constrained_beam_search, encode_constraints
 from .ensemble import Ensemble
 from .pieces import Pieces, source_pieces
@@ -54,7 +54,9 @@ def translate_nbest(
     `prefixes`: the target text each translation starts with ("": none), one per text;
     `constraints`: the target terms each translation must contain, a list per text (a text
     cut into pieces has both on its first piece)."""
-    pieces = source_pieces(src_tokenizer, texts, max_length(model.cfg), cfg.target_language)
+    pieces = source_pieces(
+        src_tokenizer, texts, max_sentence_tokens(model.cfg), cfg.target_language
+    )
     ids = pieces.ids
     limits = output_limits(model.cfg, ids, cfg)
     forced = piece_prefixes(tgt_tokenizer, pieces, prefixes, limits)
@@ -67,7 +69,7 @@ def translate_nbest(
         first = pieces.first(constraints, [])
         terms = encode_constraints(tgt_tokenizer, first, limits, pieces.numbers)
     hypotheses = translate_ids(model, ids, cfg, device, progress, forced, terms)
-    flat = tok.decode(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
+    flat = tok.detokenize(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
     out, start = [], 0
     for hyps in hypotheses:
         texts_ = flat[start : start + len(hyps)]
@@ -79,7 +81,7 @@ def translate_nbest(
 CPU_BATCH_TOKENS = 4096  # decode.batch_tokens 0 (auto) on a CPU, where more is no faster
 
 
-def decode_batch_tokens(
+def translation_batch_tokens(
     cfg: DecodeConfig, model: ModelConfig, vocab_size: int, device: torch.device | str
 ) -> int:
     """`decode.batch_tokens`, or where it is 0 (auto) the device's: 4096 on a CPU; on a GPU
@@ -118,7 +120,7 @@ def translate_ids(
     model.eval()
     results: list[list[Hypothesis]] = [[] for _ in ids]
     order = [i for i in np.argsort([-len(x) for x in ids], kind="stable") if ids[i]]
-    budget = decode_batch_tokens(cfg, model.cfg, model.out.out_features, device)
+    budget = translation_batch_tokens(cfg, model.cfg, model.out.out_features, device)
     bar = tqdm(
         total=len(order), desc="translate", unit="sent", disable=not progress or None, leave=False
     )

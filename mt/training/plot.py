@@ -207,16 +207,16 @@ def _attention(translator, sentence: str, layer: int, kind: str):
     from ..data import tokenizer as tok
     from ..decoding.pieces import source_pieces
     from ..decoding.translate import translate_ids
-    from ..model import max_length
+    from ..model import max_sentence_tokens
 
     model, device = translator.model, translator.device
     src_tok, tgt_tok = translator.src_tokenizer, translator.tgt_tokenizer
     # the same greedy search `translate --beam 1` runs, with the same length limits
     lead = translator.config.decode.target_language
-    ids = source_pieces(src_tok, [sentence], max_length(model.cfg), lead).ids
+    ids = source_pieces(src_tok, [sentence], max_sentence_tokens(model.cfg), lead).ids
     if len(ids) > 1:  # its pieces would be translated apart: no one map to draw
         raise ConfigError(
-            f"the sentence is longer than the {max_length(model.cfg)} tokens the model's "
+            f"the sentence is longer than the {max_sentence_tokens(model.cfg)} tokens the model's "
             "positions hold: its attention cannot be drawn whole; shorten it"
         )
     greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1, sampling=False)
@@ -228,7 +228,7 @@ def _attention(translator, sentence: str, layer: int, kind: str):
     weights = (cross_w if kind == "cross" else self_w)[0].float().cpu()
     rows = _labels(tgt_tok, [*tokens, eos])
     cols = _labels(src_tok, src_ids) if kind == "cross" else _labels(tgt_tok, tgt_in)
-    return tok.decode(tgt_tok, [tokens])[0], weights, rows, cols
+    return tok.detokenize(tgt_tok, [tokens])[0], weights, rows, cols
 
 
 def _heat_maps(weights, rows: list[str], cols: list[str], kind: str):

@@ -16,7 +16,7 @@ from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
 from ..decoding.pieces import fitted_pairs
 from ..decoding.scoring import teacher_forced
-from ..model import Transformer, max_length
+from ..model import Transformer, max_sentence_tokens
 from .loss import smoothed_loss
 
 
@@ -61,7 +61,7 @@ def validation_loss(
 ) -> tuple[float, float, int]:
     """Label-smoothed loss and NLL per target token over a whole split; a pair longer than
     the model's positions counts what fits of it, as `mt score` does (mt.decoding.pieces)."""
-    src_ids, tgt_ids, cut_ones = fitted_pairs(split.src, split.tgt, max_length(model.cfg))
+    src_ids, tgt_ids, cut_ones = fitted_pairs(split.src, split.tgt, max_sentence_tokens(model.cfg))
     if cut_ones:
         split = Split(src_ids, tgt_ids)
     src_lengths, tgt_lengths = split.src.lengths(), split.tgt.lengths()
