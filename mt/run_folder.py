@@ -42,7 +42,7 @@ RUN_README = """\
       tok.encode_special_tokens = True   # a literal "</s>" in a sentence is text (not saved)
       ids = tok.encode(sentence).ids     # ends with </s> (id 2): what the encoder reads
 
-  Ids 0-3 are <pad> <s> </s> <unk>. The decoder starts from <s>; `tok.detokenize(ids)` drops
+  Ids 0-3 are <pad> <s> </s> <unk>. The decoder starts from <s>; `tok.decode(ids)` drops
   the special tokens.
 - `init.json` (fine-tuned runs only): the checkpoint the run started from.
 - `data/`: the cleaned, split and encoded corpus: per split and side, `*.tokens` (token ids,
