@@ -13,6 +13,7 @@ target side, the reference labels). Inside `mt` the ids are taken without it
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -145,6 +146,71 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     """
     tokenizer.encode_special_tokens = True
     return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+
+def flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded sentences (`tokenizers` gives lists) as one int32 array and their lengths."""
+    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+    return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
+
+
+class PieceEncoder:
+    """`encode` of normalised text (`corpus.normalize`: words one space apart, none at the
+    ends), flat (`flat_ids`), each distinct space-led chunk of it encoded once.
+
+    The tokenizers mt learns (NFC, byte-level pieces cut by its regex, BPE or unigram on each
+    piece) never join text across a space between two words: the regex's pieces hold a space
+    only at their start (its whitespace-run alternatives match no single space before a
+    word), NFC composes nothing with a space, and no added token holds one. So a sentence's
+    ids are those of its chunks ("I", " saw", " it.") one after another, and `tokenizers`'
+    per-sentence work (normalised strings with alignments, encodings: most of its time) is
+    spent once per new chunk instead of once per sentence. A tokenizer of another kind (a
+    Marian model's SentencePiece) encodes sentence by sentence.
+    """
+
+    CAPACITY = 1 << 18  # chunks remembered (~40 MiB); past that the memo starts again
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.by_chunk = _splits_at_spaces(tokenizer)
+        self.memo: dict[str, bytes] = {}  # chunk -> its ids, int32 bytes
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The texts' ids (int32, one after another) and each text's count of them."""
+        if not self.by_chunk or not texts:
+            return flat_ids(encode(self.tokenizer, texts))
+        chunks = "\n".join(texts).replace(" ", "\n ").split("\n")
+        per_text = np.fromiter(map(str.count, texts, itertools.repeat(" ")), np.int64, len(texts))
+        if len(chunks) != len(texts) + per_text.sum():  # a newline: not normalised text
+            raise ValueError("PieceEncoder.encode: text with a line break")
+        new = set(chunks).difference(self.memo)
+        if len(self.memo) + len(new) > self.CAPACITY:
+            self.memo.clear()
+            new = set(chunks)
+        new_chunks = list(new)
+        for chunk, ids in zip(new_chunks, encode(self.tokenizer, new_chunks)):
+            self.memo[chunk] = np.array(ids, np.int32).tobytes()
+        found = list(map(self.memo.__getitem__, chunks))
+        tokens = np.fromiter(map(len, found), np.int64, len(found)) // 4
+        starts = np.concatenate(([0], np.cumsum(per_text + 1)[:-1]))
+        return np.frombuffer(b"".join(found), np.int32), np.add.reduceat(tokens, starts)
+
+
+def _splits_at_spaces(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` is of the kind `PieceEncoder` may encode a chunk at a time."""
+    if not isinstance(tokenizer, Tokenizer) or tokenizer.truncation or tokenizer.padding:
+        return False
+    saved = json.loads(tokenizer.to_str())
+    pre = saved.get("pre_tokenizer") or {}
+    return (
+        (saved.get("normalizer") or {"type": "NFC"})["type"] == "NFC"
+        and pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True)
+        and not pre.get("add_prefix_space")
+        and saved["model"]["type"] in ("BPE", "Unigram")
+        and not saved["model"].get("dropout")
+        and not any(c.isspace() for token in saved["added_tokens"] for c in token["content"])
+    )
 
 
 def decode(tokenizer: Tokenizer, ids: Sequence[Sequence[int]]) -> list[str]:
