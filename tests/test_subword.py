@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from conftest import HELD_OUT, PAIRS, TATOEBA_TRAIN, prepare_args
 
@@ -88,3 +89,36 @@ def test_training_with_bpe_dropout_resumes_exactly(corpus_file, tmp_path):
         for r in (straight, resumed)
     )
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_piece_encoder_gives_encode_ids_for_bpe_and_unigram_tags_and_a_full_memo(monkeypatch):
+    tricky = [
+        "It's 12,5 km... don't—\"Sí\" ¿no?",
+        "<bt> tagged, and <bt>inside x<bt>y",
+        "a </s> b <s> 😀 ñ e\u0301 Ünïcödé 中文字 'll 've '",
+        "",
+        "'s",
+        "123abc 4.5 $%& x" * 3,
+    ]
+    texts = [normalize(t) for t in [*texts_for_test(2000), *tricky]]
+    for model in ("bpe", "unigram"):
+        cfg = TokenizerConfig(vocab_size=600, min_frequency=2, model=model)
+        tokenizer = tok.reserve_tags(tok.train_tokenizer(texts, cfg), ["<bt>"])
+        encoder = tok.PieceEncoder(tokenizer)
+        assert encoder.by_chunk
+        want = tok.flat_ids(tok.encode(tokenizer, texts))
+        monkeypatch.setattr(tok.PieceEncoder, "CAPACITY", 300)  # the memo starts again
+        for part in (texts[:1000], texts[1000:], texts[1000:]):
+            got, lengths = encoder.encode(part)
+            ids, n = tok.flat_ids(tok.encode(tokenizer, part))
+            assert np.array_equal(got, ids) and np.array_equal(lengths, n)
+        assert 0 < len(encoder.memo) <= 300
+        monkeypatch.undo()
+        got = tok.PieceEncoder(tokenizer).encode(texts)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    tagged = encoder.encode(["<bt> tagged"])[0]
+    assert tagged[0] == tokenizer.token_to_id("<bt>")
+    with pytest.raises(ValueError, match="line break"):
+        encoder.encode(["two\nlines"])
+    spaced = tok.reserve_tags(tok.train_tokenizer(texts, cfg), ["<b t>"])
+    assert not tok.PieceEncoder(spaced).by_chunk  # a token with a space: sentence by sentence
