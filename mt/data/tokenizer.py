@@ -1,5 +1,5 @@
 """Byte-level subword tokenizers (BPE or unigram), trained with Hugging Face `tokenizers`;
-seeded BPE-dropout for training.
+encoding in bulk for prepare (`PieceEncoder`). BPE-dropout is mt.data.dropout.
 
 Both models start from the 256 byte symbols, so every string is encodable without
 `<unk>` and `decode(encode(s)) == s` exactly: no character is ever lost. The special tokens
@@ -34,7 +34,6 @@ from tokenizers import (
 
 from ..config import SPECIAL_TOKENS, TokenizerConfig
 from ..errors import ConfigError
-from .store import Sentences
 
 PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 
@@ -224,84 +223,6 @@ def round_trip_rate(tokenizer: Tokenizer, texts: Sequence[str]) -> float:
         return 1.0
     back = decode(tokenizer, encode(tokenizer, texts))
     return sum(a == b for a, b in zip(texts, back)) / len(texts)
-
-
-class BpeDropout:
-    """BPE-dropout (Provilkov et al., 2020) of a fixed set of sentences, seeded.
-
-    `tokenizers` has BPE-dropout too, but draws from a generator no seed reaches, so neither a
-    resumed run nor a second run with the same seed could redo an epoch. Here a segmentation is
-    a function of the generator given: each word is rebuilt from its byte symbols and merged
-    as BPE does, the lowest-ranked pair first (leftmost on a tie), except that at every step
-    each candidate merge is skipped with probability `p`; a word whose candidates were all
-    skipped stops there, as in `tokenizers`. With p = 0 this gives `encode`'s ids (tested).
-    All words of a chunk are merged at once, one merge per word per step, in numpy.
-    """
-
-    CHUNK = 1 << 14  # words merged together (a chunk is as wide as its longest word)
-
-    def __init__(self, tokenizer: Tokenizer, p: float, ids: Sequence[Sequence[int]]) -> None:
-        model = json.loads(tokenizer.to_str())["model"]
-        vocab = model["vocab"]
-        pairs = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
-        self.size = tokenizer.get_vocab_size()
-        keys = np.array([vocab[a] * self.size + vocab[b] for a, b in pairs], np.int64)
-        self.order = np.argsort(keys)  # the rank of each sorted key
-        self.keys = keys[self.order]
-        self.merged = np.array([vocab[a + b] for a, b in pairs], np.int64)[self.order]
-        self.p = p
-        # the sentences as words of byte symbols: one flat array, the lengths of its pieces
-        words = [
-            [w for w, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text)]
-            for text in decode(tokenizer, ids)
-        ]
-        self.words_per_sentence = np.fromiter(map(len, words), np.int64, len(words))
-        flat = [w for sentence in words for w in sentence]
-        self.word_lengths = np.fromiter(map(len, flat), np.int64, len(flat))
-        codes = np.frombuffer("".join(flat).encode("utf-32-le"), np.uint32)
-        symbol = np.zeros(max(ord(c) for c in pre_tokenizers.ByteLevel.alphabet()) + 1, np.int64)
-        for char in pre_tokenizers.ByteLevel.alphabet():
-            symbol[ord(char)] = vocab[char]
-        self.symbols = symbol[codes]
-
-    def sample(self, rng: np.random.Generator) -> Sentences:
-        """Every sentence segmented anew: its token ids (int32), in order."""
-        starts = np.concatenate([[0], np.cumsum(self.word_lengths)])
-        tokens, counts = [], []
-        for first in range(0, len(self.word_lengths), self.CHUNK):
-            lengths = self.word_lengths[first : first + self.CHUNK]
-            width = int(lengths.max())
-            rows = np.full((len(lengths), width), -1, np.int64)  # (W, L) symbols, -1 after
-            inside = np.arange(width) < lengths[:, None]
-            rows[inside] = self.symbols[starts[first] : starts[first + len(lengths)]]
-            self._merge(rows, rng)
-            tokens.append(rows[rows >= 0])
-            counts.append((rows >= 0).sum(1))
-        per_word = np.concatenate(counts)
-        ends = np.cumsum(self.words_per_sentence)
-        per_sentence = np.add.reduceat(per_word, ends - self.words_per_sentence)
-        offsets = np.concatenate(([0], np.cumsum(per_sentence)))
-        return Sentences(np.concatenate(tokens).astype(np.int32), offsets)
-
-    def _merge(self, rows: np.ndarray, rng: np.random.Generator) -> None:
-        """Merge the words of `rows` (W, L) in place until no merge is left or taken."""
-        active = np.arange(len(rows))
-        while len(active):
-            left, right = rows[active, :-1], rows[active, 1:]  # (A, L - 1) adjacent pairs
-            key = left * self.size + right
-            at = np.searchsorted(self.keys, key).clip(max=len(self.keys) - 1)
-            rank = np.where((self.keys[at] == key) & (right >= 0), self.order[at], np.inf)
-            if self.p:
-                rank[rng.random(rank.shape) < self.p] = np.inf
-            best = rank.argmin(1)  # (A,) leftmost of the lowest rank
-            go = rank[np.arange(len(active)), best] < np.inf
-            active, best = active[go], best[go]
-            merged = self.merged[at[go, best]]
-            words = rows[active]
-            shifted = np.concatenate([words[:, 1:], np.full((len(words), 1), -1)], 1)
-            words = np.where(np.arange(rows.shape[1]) > best[:, None], shifted, words)
-            words[np.arange(len(words)), best] = merged
-            rows[active] = words
 
 
 WORD_MARKS = ("\u0120", "\u2581")  # a token that starts a word: byte-level "Ġ", SentencePiece "▁"
