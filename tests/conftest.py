@@ -39,7 +39,7 @@ from mt.cli import app, main  # noqa: E402
 from mt.config import Config, ModelConfig  # noqa: E402
 from mt.config_file import load_config  # noqa: E402
 from mt.data.packing import PackedBatch, collate_packed, pack_rows  # noqa: E402
-from mt.data.store import Split  # noqa: E402
+from mt.data.store import Sentences, Split  # noqa: E402
 from mt.data.tokenizer import BOS, EOS, PAD  # noqa: E402
 from mt.model import Transformer  # noqa: E402
 
@@ -549,3 +549,11 @@ def marian_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not TATOEBA_TRAIN.is_file():
         pytest.skip(f"shared data not found in {SHARED}")
     return build_marian(tmp_path_factory.mktemp("marian") / "small")
+
+
+def resegmented(dropout, ids: list[list[int]], seed: int) -> Sentences:
+    """Sentences `ids` segmented anew by a BpeDropout, seeded, gathered in memory."""
+    runs = list(dropout.sample(Sentences.of(ids), np.random.default_rng(seed)))
+    lengths = np.concatenate([n for _, n in runs])
+    flat = np.concatenate([x for x, _ in runs])
+    return Sentences(flat, np.concatenate(([0], np.cumsum(lengths))))

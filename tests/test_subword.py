@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import HELD_OUT, PAIRS, TATOEBA_TRAIN, prepare_args
+from conftest import HELD_OUT, PAIRS, TATOEBA_TRAIN, prepare_args, resegmented
 
 from mt import checkpoint
 from mt.config import TokenizerConfig
 from mt.config_file import load_config
 from mt.data import tokenizer as tok
 from mt.data.corpus import normalize
+from mt.data.dropout import BpeDropout
 from mt.training.trainer import train
 
 
@@ -31,15 +32,40 @@ def test_bpe_dropout_is_seeded_round_trips_and_without_dropout_is_encode():
     texts = [*texts_for_test(3000), "a </s> b  😀\tñ", "x" * 40]
     tokenizer = tok.train_tokenizer(texts, TokenizerConfig(vocab_size=1000, min_frequency=2))
     ids = tok.encode(tokenizer, texts)
-    same = tok.BpeDropout(tokenizer, 0.0, ids).sample(np.random.default_rng(0))
+    same = resegmented(BpeDropout(tokenizer, 0.0), ids, 0)
     assert [x.tolist() for x in same] == ids  # the merges, applied as `tokenizers` does
-    dropout = tok.BpeDropout(tokenizer, 0.1, ids)
-    a, b, c = (dropout.sample(np.random.default_rng(seed)) for seed in (1, 1, 2))
+    dropout = BpeDropout(tokenizer, 0.1)
+    a, b, c = (resegmented(dropout, ids, seed) for seed in (1, 1, 2))
     assert all(np.array_equal(x, y) for x, y in zip(a, b))  # seeded: a resume redoes it
     assert not all(np.array_equal(x, y) for x, y in zip(a, c))
     assert tok.decode(tokenizer, a) == tok.decode(tokenizer, ids) == texts  # round trip exact
     grown = sum(map(len, a)) / sum(map(len, ids))
     assert 1.05 < grown < 1.5  # shorter pieces, about as the paper's p = 0.1 gives
+
+
+def test_bpe_dropout_streamed_in_small_runs_gives_the_same_ids_and_keeps_a_tag(monkeypatch):
+    texts = texts_for_test(600)
+    tags = ["<bt>", "<b>"]  # one the start of the other: the longer is matched first
+    tokenizer = tok.reserve_tags(
+        tok.train_tokenizer(texts, TokenizerConfig(vocab_size=500, min_frequency=2)), tags
+    )
+    tagged = [f"{tags[i % 3 % 2]} {t}" if i % 3 else t for i, t in enumerate(texts)]
+    tagged.append("x<bt>y <b>z")  # a tag inside text is the tag too, as `tokenizers` reads it
+    ids = tok.encode(tokenizer, tagged)
+    assert [x.tolist() for x in resegmented(BpeDropout(tokenizer, 0.0), ids, 0)] == ids
+    dropped = resegmented(BpeDropout(tokenizer, 0.1), ids, 3)
+    assert tok.decode(tokenizer, dropped) == tok.decode(tokenizer, ids)
+    tag_ids = {tokenizer.token_to_id(t) for t in tags}
+    kept = [[i for i in x.tolist() if i in tag_ids] for x in dropped]
+    assert (
+        kept == [[i for i in x if i in tag_ids] for x in ids]
+        and sum(map(len, kept)) > len(texts) // 2
+    )
+    monkeypatch.setattr(BpeDropout, "CHUNK", 50)  # words merged together: other draws
+    chunked = resegmented(BpeDropout(tokenizer, 0.1), ids, 3)
+    monkeypatch.setattr(BpeDropout, "GROUP", 7)  # runs of sentences that cut the chunks
+    small = resegmented(BpeDropout(tokenizer, 0.1), ids, 3)
+    assert [x.tolist() for x in small] == [x.tolist() for x in chunked]
 
 
 def test_unigram_trains_round_trips_and_a_vocabulary_too_small_is_refused(
@@ -112,7 +138,8 @@ def test_piece_encoder_gives_encode_ids_for_bpe_and_unigram_tags_and_a_full_memo
             got, lengths = encoder.encode(part)
             ids, n = tok.flat_ids(tok.encode(tokenizer, part))
             assert np.array_equal(got, ids) and np.array_equal(lengths, n)
-        assert 0 < len(encoder.memo) <= 300
+        last = set("\n".join(texts[1000:]).replace(" ", "\n ").split("\n"))
+        assert 0 < len(encoder.memo) <= max(300, len(last))  # one call's chunks at most
         monkeypatch.undo()
         got = tok.PieceEncoder(tokenizer).encode(texts)
         assert all(np.array_equal(a, b) for a, b in zip(got, want))

@@ -167,7 +167,8 @@ class PieceEncoder:
     Marian model's SentencePiece) encodes sentence by sentence.
     """
 
-    CAPACITY = 1 << 18  # chunks remembered (~40 MiB); past that the memo starts again
+    # chunks remembered (~40 MiB); past that the memo starts again (with one call's at most)
+    CAPACITY = 1 << 18
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
