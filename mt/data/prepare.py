@@ -213,7 +213,7 @@ def _build(
         )
         if base and config.train.old_share:
             kept = int(np.count_nonzero(decide(scanned, cut) == TRAIN))
-            train.append(old_corpus(base.data, config, kept, cut, held))
+            train.append(old_corpus(base.data, config, kept, cut, held, run, folder))
             scanned = merge(scanned, scan(train[-1:], run, seed, folder))
     _check_unchanged(watched)
     codes, raw = decide(scanned, cut), scanned["raw"]
