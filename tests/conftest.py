@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -551,9 +551,12 @@ def marian_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_marian(tmp_path_factory.mktemp("marian") / "small")
 
 
-def resegmented(dropout, ids: list[list[int]], seed: int) -> Sentences:
-    """Sentences `ids` segmented anew by a BpeDropout, seeded, gathered in memory."""
-    runs = list(dropout.sample(Sentences.of(ids), np.random.default_rng(seed)))
+def resegmented(dropout, ids: Sequence, rng: np.random.Generator | int) -> Sentences:
+    """Sentences `ids` segmented anew by a BpeDropout, drawn from `rng` (or a seed's),
+    gathered in memory."""
+    rng = np.random.default_rng(rng) if isinstance(rng, int) else rng
+    sentences = ids if isinstance(ids, Sentences) else Sentences.of(ids)
+    runs = list(dropout.sample(sentences, rng))
     lengths = np.concatenate([n for _, n in runs])
     flat = np.concatenate([x for x, _ in runs])
     return Sentences(flat, np.concatenate(([0], np.cumsum(lengths))))

@@ -16,7 +16,9 @@ from mt.config import TokenizerConfig
 from mt.config_file import load_config
 from mt.data import tokenizer as tok
 from mt.data.corpus import normalize
-from mt.data.dropout import BpeDropout
+from mt.data.dropout import BpeDropout, dropout_epochs
+from mt.data.prepare import prepare
+from mt.data.store import Sentences
 from mt.training.trainer import train
 
 
@@ -149,3 +151,37 @@ def test_piece_encoder_gives_encode_ids_for_bpe_and_unigram_tags_and_a_full_memo
         encoder.encode(["two\nlines"])
     spaced = tok.reserve_tags(tok.train_tokenizer(texts, cfg), ["<b t>"])
     assert not tok.PieceEncoder(spaced).by_chunk  # a token with a space: sentence by sentence
+
+
+def test_an_epoch_of_bpe_dropout_is_the_whole_split_resegmented_in_memory(corpus_file, tmp_path):
+    config = load_config(
+        "tiny.yaml",
+        [
+            f"data.files.train={corpus_file}",
+            f"run.dir={tmp_path / 'run'}",
+            "data.max_length=9",
+            f"data.valid_size={HELD_OUT}",
+            f"data.test_size={HELD_OUT}",
+            "tokenizer.dropout=0.3",
+        ],
+    )
+    prepared = prepare(config)
+    train_split = prepared.splits["train"]
+    epoch = dropout_epochs(prepared, config)
+    for number in (0, 1):
+        got = epoch(number)
+        rng = np.random.default_rng([config.run.seed, number, 1])
+        src, tgt = (
+            resegmented(BpeDropout(tokenizer, 0.3), sentences, rng)  # one stream: src, then tgt
+            for tokenizer, sentences in (
+                (prepared.src_tokenizer, train_split.src),
+                (prepared.tgt_tokenizer, train_split.tgt),
+            )
+        )
+        fits = (src.lengths() <= 9) & (tgt.lengths() <= 9)
+        assert 0 < fits.sum() < len(fits)  # some pairs keep their usual ids
+        for side, dropped in (("src", src), ("tgt", tgt)):
+            want = Sentences.mixed(dropped, getattr(train_split, side), fits)
+            assert [x.tolist() for x in getattr(got, side)] == [x.tolist() for x in want]
+        assert got.corpora == train_split.corpora
+    assert len(list((tmp_path / "run" / "data").glob("dropout-*/*"))) == 1  # the last epoch's
