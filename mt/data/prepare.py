@@ -61,6 +61,7 @@ from .old_corpus import Base, old_corpus
 from .scan import (
     DUPLICATE,
     HELD_OUT,
+    HELD_SOURCE,
     SAMPLED,
     TRAIN,
     clean,
@@ -105,6 +106,8 @@ def fingerprint(config: Config) -> str:
             if k != "dropout" and (k, v) != ("model", "bpe")
         },
     }
+    if corpus_tags(data):  # held-out pairs cut from the untagged corpora only
+        inputs["held_out"] = "untagged"
     if config.train.init:  # its tokenizers, and its corpus where old_share mixes some in
         inputs["init"] = [config.train.init, config.train.old_share]
     if data.source == "files":
@@ -219,6 +222,8 @@ def _build(
     codes, raw = decide(scanned, cut), scanned["raw"]
     drops["empty"] += len(codes) - int(np.count_nonzero(scanned["nonempty"]))
     drops["duplicate"] = int(np.count_nonzero(codes == DUPLICATE))
+    if scanned["tagged"] and cut:  # tagged pairs whose source is held out
+        drops["held_out_source"] = int(np.count_nonzero(codes == HELD_SOURCE))
     del scanned
     if not np.any(codes == TRAIN):
         raise MtError("no training pairs are left after cleaning")
