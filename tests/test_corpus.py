@@ -174,6 +174,7 @@ def test_the_scan_dedups_and_cuts_as_one_sort_of_all_its_hashes_would(monkeypatc
     first[np.unique(pair, return_index=True)[1]] = True  # stable: the first occurrence
     assert np.array_equal(scan._first(pair), first)
     scanned = {"pair": pair, "src": src, "first": first, "nonempty": np.ones(len(pair), bool)}
+    scanned["tagged"] = []  # no tagged corpus
     sizes = {"valid": 500, "test": 700}
     hashes = np.sort(src[first])  # every distinct pair's source hash
     cut, lo, at = {}, 0, 0
