@@ -167,7 +167,8 @@ def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split]
 
     An epoch's split is written to files in a temporary folder beside the store (the source
     side segmented, then the target side, then the two mixed with the usual ids where too
-    long), each a run of sentences at a time, and memory-mapped; an epoch's files go when the
+    long), each a run of sentences at a time, and memory-mapped: up to three times the train
+    split's tokens on disk while an epoch is written, once after; an epoch's files go when the
     next epoch's are written, and the folder when the process ends."""
     if not config.tokenizer.dropout:
         return None
@@ -192,7 +193,9 @@ def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split]
             writer.append({side: _mixed(draft, train, side, index, fits[index]) for side in SIDES})
         split = open_split(here, "train", writer.close())
         split.corpora = train.corpora
-        for older in Path(folder.name).iterdir():  # mapped files stay readable once removed
+        for draft_file in here.glob("draft.*"):  # mapped files stay readable once removed
+            draft_file.unlink()
+        for older in Path(folder.name).iterdir():
             if older != here:
                 shutil.rmtree(older)
         return split
