@@ -186,11 +186,11 @@ def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split]
             for ids, lengths in sides[side].sample(getattr(train, side), rng):
                 drafts.append({side: (ids, lengths)})
         draft = open_split(here, "draft", drafts.close())
-        fits = (draft.src.lengths() <= limit) & (draft.tgt.lengths() <= limit)  # else as encoded
         writer = SplitWriter(here, "train", dtype)
         for start in range(0, len(train), STEP):
             index = np.arange(start, min(start + STEP, len(train)))
-            writer.append({side: _mixed(draft, train, side, index, fits[index]) for side in SIDES})
+            fits = (draft.src.lengths(index) <= limit) & (draft.tgt.lengths(index) <= limit)
+            writer.append({side: _mixed(draft, train, side, index, fits) for side in SIDES})
         split = open_split(here, "train", writer.close())
         split.corpora = train.corpora
         for draft_file in here.glob("draft.*"):  # mapped files stay readable once removed
@@ -206,8 +206,8 @@ def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split]
 def _mixed(
     first: Split, second: Split, side: str, index: np.ndarray, use_first: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sentences `index` of `side`, from `first` where `use_first`, else from `second`: their
-    ids one after another and their lengths."""
+    """Sentences `index` of `side`, from `first` where `use_first` (else as encoded, from
+    `second`): their ids one after another and their lengths."""
     parts = []
     for split in (first, second):
         ids, lengths = getattr(split, side).take(index)
