@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PAIRS, write_jsonl
+from conftest import PAIRS, load_raw, write_jsonl
 
 from mt.config_file import load_config
 from mt.data import corpus as corpus_module
 from mt.data import prepare as data_module
 from mt.data import scan, store
 from mt.data.batches import Batches, Position
-from mt.data.corpus import load_raw
 from mt.data.prepare import prepare
 from mt.errors import ConfigError, InputError, MtError
 

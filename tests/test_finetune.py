@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PAIRS, tiny_config, write_jsonl
+from conftest import PAIRS, dedup, load_raw, tiny_config, write_jsonl
 
 from mt import checkpoint
 from mt.config_file import load_config
 from mt.data import corpus
-from mt.data.corpus import load_raw, normalize
+from mt.data.corpus import normalize
 from mt.data.old_corpus import old_corpus
 from mt.data.prepare import prepare
-from mt.data.scan import clean, dedup, keyed_hashes, source_key
+from mt.data.scan import clean, keyed_hashes, source_key
 from mt.data.workers import workers
 from mt.decoding.engine import open_translator
 from mt.decoding.pieces import source_pieces

@@ -261,14 +261,6 @@ def _columns(rows: dict[str, list[Any]], cfg: DataConfig, origin: str) -> Chunk:
     )
 
 
-def load_raw(cfg: DataConfig) -> dict[str, list[Pair]]:
-    """Every split's raw pairs in memory: for small corpora (a fine-tuned model's old one)."""
-    return {
-        name: [pair for corpus in found for chunk in corpus.read() for pair in zip(*chunk)]
-        for name, found in corpora(cfg).items()
-    }
-
-
 # ---------------------------------------------------------------------------- text
 
 

@@ -47,11 +47,6 @@ def clean(pairs: Sequence[Pair], drops: dict[str, int]) -> list[Pair]:
     return kept
 
 
-def dedup(pairs: Sequence[Pair]) -> list[Pair]:
-    """Exact duplicate pairs removed, first occurrence kept."""
-    return list(dict.fromkeys(pairs))
-
-
 def scan(train: list[Corpus], run: Callable, seed: int, folder: Path) -> dict[str, Any]:
     """Pass 1: per raw pair whether it has text on both sides; per such pair its hash and its
     source's (seeded); and how many raw pairs each corpus has. The chunks' results go to
