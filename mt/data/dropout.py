@@ -40,12 +40,14 @@ class BpeDropout:
 
     CHUNK = 1 << 14  # words merged together (a chunk is as wide as its longest word)
     GROUP = 1 << 12  # sentences read and decoded together
+    MEMO = 1 << 18  # chunks whose words are remembered; past that the memo starts again
 
     def __init__(self, tokenizer: Tokenizer, p: float) -> None:
         saved = json.loads(tokenizer.to_str())
         vocab = saved["model"]["vocab"]
         pairs = [m.split(" ") if isinstance(m, str) else m for m in saved["model"]["merges"]]
         self.tokenizer, self.p, self.size = tokenizer, p, tokenizer.get_vocab_size()
+        self.memo: dict[str, list[str]] = {}  # a space-led chunk of text -> its words
         keys = np.array([vocab[a] * self.size + vocab[b] for a, b in pairs], np.int64)
         self.order = np.argsort(keys)  # the rank of each sorted key
         self.keys = keys[self.order]
@@ -106,7 +108,7 @@ class BpeDropout:
             ids, lengths = sentences.take(np.arange(start, min(start + self.GROUP, len(sentences))))
             sentences.release()  # the pages read: unmapped (`Sentences.release`)
             texts = decode(self.tokenizer, np.split(ids, np.cumsum(lengths)[:-1]))
-            words = [self._words(text) for text in texts]
+            words = [self._sentence_words(text) for text in texts]
             flat = [w for sentence in words for w in sentence]
             codes = np.frombuffer("".join(flat).encode("utf-32-le"), np.uint32)
             yield (
@@ -115,8 +117,24 @@ class BpeDropout:
                 np.fromiter(map(len, words), np.int64, len(words)),
             )
 
+    def _sentence_words(self, text: str) -> list[str]:
+        """`_words` of a sentence: of each of its space-led chunks, remembered, where the text
+        is normalised (its words one space apart: the pre-tokeniser never cuts across such a
+        space, as `tok.PieceEncoder` says), else of the whole."""
+        if " ".join(text.split()) != text:
+            return self._words(text)
+        if len(self.memo) > self.MEMO:
+            self.memo.clear()
+        words = []
+        for chunk in text.replace(" ", "\n ").split("\n"):
+            found = self.memo.get(chunk)
+            if found is None:
+                found = self.memo[chunk] = self._words(chunk)
+            words += found
+        return words
+
     def _words(self, text: str) -> list[str]:
-        """The words of a sentence as byte-level characters; a tag one character of its own."""
+        """The words of a text as byte-level characters; a tag one character of its own."""
         if self.split_tags is None:
             return [w for w, _ in self.tokenizer.pre_tokenizer.pre_tokenize_str(text)]
         words = []
