@@ -36,11 +36,12 @@ from typer.testing import CliRunner  # noqa: E402
 
 from mt import checkpoint  # noqa: E402
 from mt.cli import app, main  # noqa: E402
-from mt.config import Config, ModelConfig  # noqa: E402
+from mt.config import Config, DataConfig, ModelConfig  # noqa: E402
 from mt.config_file import load_config  # noqa: E402
 from mt.data.batches import Batches  # noqa: E402
+from mt.data.corpus import corpora  # noqa: E402
 from mt.data.packing import PackedBatch, collate_packed, pack_rows  # noqa: E402
-from mt.data.store import Split  # noqa: E402
+from mt.data.store import Sentences, Split  # noqa: E402
 from mt.data.tokenizer import BOS, EOS, PAD  # noqa: E402
 from mt.model import Transformer  # noqa: E402
 from mt.training.trainer import Trainer  # noqa: E402
@@ -603,3 +604,27 @@ def marian_multilingual(marian_small: Path, tmp_path_factory: pytest.TempPathFac
 def marian_separate(marian_small: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A stand-in for a tc-big model with separate vocabularies (build_marian)."""
     return build_marian(tmp_path_factory.mktemp("marian") / "separate", separate=True)
+
+
+def resegmented(dropout, ids: Sequence, rng: np.random.Generator | int) -> Sentences:
+    """Sentences `ids` segmented anew by a BpeDropout, drawn from `rng` (or a seed's),
+    gathered in memory."""
+    rng = np.random.default_rng(rng) if isinstance(rng, int) else rng
+    sentences = ids if isinstance(ids, Sentences) else Sentences.of(ids)
+    runs = list(dropout.sample(sentences, rng))
+    lengths = np.concatenate([n for _, n in runs])
+    flat = np.concatenate([x for x, _ in runs])
+    return Sentences(flat, np.concatenate(([0], np.cumsum(lengths))))
+
+
+def load_raw(cfg: DataConfig) -> dict[str, list[tuple[str, str]]]:
+    """Every split's raw pairs in memory (small corpora): what `mt prepare` streams."""
+    return {
+        name: [pair for corpus in found for chunk in corpus.read() for pair in zip(*chunk)]
+        for name, found in corpora(cfg).items()
+    }
+
+
+def dedup(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Exact duplicate pairs removed, first occurrence kept: what the scan's hashes find."""
+    return list(dict.fromkeys(pairs))

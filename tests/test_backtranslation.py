@@ -9,10 +9,11 @@ import json
 
 import numpy as np
 import pytest
-from conftest import HELD_OUT, PAIRS, write_jsonl
+from conftest import HELD_OUT, PAIRS, prepare_args, write_jsonl
 
 from mt import checkpoint
 from mt.data import tokenizer as tok
+from mt.data.scan import source_key
 from mt.data.store import open_split
 
 TINY = ["--config", "tiny.yaml", "--set", "train.max_steps=10", "--set", "train.max_tokens=200"]
@@ -81,3 +82,35 @@ def test_bad_tags_exit_2(cli_main, tmp_path, tag, split, message):
         "--set", f"data.files.{split}=[{entry}]", "--set", f"run.dir={tmp_path / 'run'}",
     )  # fmt: skip
     assert code == 2 and message in err, err
+
+
+def test_valid_and_test_cut_from_train_are_untagged_pairs_and_their_sources_leave_train(
+    cli_main, tmp_path
+):
+    parallel = write_jsonl(tmp_path / "parallel.jsonl", PAIRS)
+    synthetic = [(f"{en} ", f"{es} (sintético)") for en, es in PAIRS]  # the same sources
+    synthetic += [(f"Line {n}.", f"Línea {n}.") for n in range(60)] + [("", "vacía")]
+    bt = json.dumps({"path": str(write_jsonl(tmp_path / "bt.jsonl", synthetic)), "tag": "<bt>"})
+    run = tmp_path / "run"
+    args = prepare_args(parallel, run, "--set", f"data.files.train=[{parallel}, {bt}]", "--json")
+    code, out, err = cli_main(*args)
+    assert code == 0, err
+    held = [
+        json.loads(line)["src"]
+        for name in ("valid", "test")
+        for line in (run / "data" / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    assert not [src for src in held if "<bt>" in src]
+    meta = json.loads((run / "data" / "meta.json").read_text(encoding="utf-8"))
+    train = open_split(run / "data", "train", meta["store"]["train"])
+    src_tokenizer = tok.tokenizers_from_files([run / "tokenizer.json"] * 2)[0]
+    sources = tok.detokenize(src_tokenizer, list(train.src))
+    keys = {source_key(s.removeprefix("<bt> ")) for s in sources}
+    assert keys.isdisjoint(source_key(src) for src in held)  # tagged or not
+    stats = json.loads(out)
+    assert stats["pairs"]["valid"] + stats["pairs"]["test"] > HELD_OUT  # fewer at a boundary
+    assert stats["dropped"]["held_out_source"] > 0
+    # an empty source stays empty with a tag, and is dropped
+    assert stats["dropped"]["empty"] == sum(
+        not (a.strip() and b.strip()) for a, b in [*PAIRS, *synthetic]
+    )

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PAIRS, write_jsonl
+from conftest import PAIRS, load_raw, write_jsonl
 
 from mt.config_file import load_config
 from mt.data import corpus as corpus_module
 from mt.data import prepare as data_module
 from mt.data import scan, store
 from mt.data.batches import Batches, Position
-from mt.data.corpus import load_raw
 from mt.data.prepare import prepare
 from mt.errors import ConfigError, InputError, MtError
 
@@ -174,6 +173,7 @@ def test_the_scan_dedups_and_cuts_as_one_sort_of_all_its_hashes_would(monkeypatc
     first[np.unique(pair, return_index=True)[1]] = True  # stable: the first occurrence
     assert np.array_equal(scan._first(pair), first)
     scanned = {"pair": pair, "src": src, "first": first, "nonempty": np.ones(len(pair), bool)}
+    scanned["tagged"] = []  # no tagged corpus
     sizes = {"valid": 500, "test": 700}
     hashes = np.sort(src[first])  # every distinct pair's source hash
     cut, lo, at = {}, 0, 0

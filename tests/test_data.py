@@ -19,7 +19,9 @@ from conftest import (
     PAIRS,
     TATOEBA_TEST,
     TATOEBA_TRAIN,
+    dedup,
     epoch_plan,
+    load_raw,
     needs_shared,
     write_jsonl,
 )
@@ -30,10 +32,10 @@ from mt.config_file import load_config
 from mt.data import corpus as corpus_module
 from mt.data import tokenizer as tok
 from mt.data.batches import Batches, Position, collate, token_batches
-from mt.data.corpus import load_raw, normalize, read_pairs_jsonl
+from mt.data.corpus import normalize, read_pairs_jsonl
 from mt.data.encode import length_filter
 from mt.data.prepare import prepare
-from mt.data.scan import clean, dedup, source_key
+from mt.data.scan import clean, source_key
 from mt.data.store import Split, open_split
 from mt.data.tokenizer import SPECIAL_TOKENS
 from mt.errors import ConfigError, MtError

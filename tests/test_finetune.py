@@ -7,14 +7,19 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-from conftest import PAIRS, tiny_config, write_jsonl
+from conftest import PAIRS, dedup, load_raw, tiny_config, write_jsonl
 
 from mt import checkpoint
 from mt.config_file import load_config
+from mt.data import corpus
 from mt.data.corpus import normalize
+from mt.data.old_corpus import old_corpus
 from mt.data.prepare import prepare
+from mt.data.scan import clean, keyed_hashes, source_key
+from mt.data.workers import workers
 from mt.decoding.engine import open_translator
 from mt.decoding.pieces import source_pieces
 from mt.decoding.scoring import score_ids, score_pairs
@@ -78,6 +83,30 @@ def test_old_share_mixes_in_the_old_corpus(trained, tmp_path):
     alone, mixed = (prepare(c, base=finetune.base) for c in configs)
     assert len(mixed.splits["train"]) == 2 * len(alone.splits["train"])
     assert mixed.splits["valid"].src_text == alone.splits["valid"].src_text
+
+
+def test_old_share_picks_what_the_whole_corpus_in_memory_gave_read_a_chunk_at_a_time(
+    tmp_path, monkeypatch
+):
+    old_pairs = [*PAIRS, *PAIRS[:9], (" Hello. ", "Hola."), ("", "vacío")]  # repeats, empty
+    old = tiny_config(write_jsonl(tmp_path / "old.jsonl", old_pairs), tmp_path / "old").data
+    new = write_jsonl(tmp_path / "new.jsonl", NEW_PAIRS)
+    config = tiny_config(new, tmp_path / "new")
+    config.train.old_share = 0.5  # train.init's corpus is given here
+    held = {"valid": [("How are you?", "¿Qué tal?")], "test": []}
+    cut = {"test": (0, 1 << 62)}  # a quarter of the source hashes
+    monkeypatch.setattr(corpus, "CHUNK", 5)  # many chunks
+    with workers(1) as run:
+        chosen = old_corpus(old, config, 12, cut, held, run, tmp_path)
+        got = [pair for chunk in chosen.read() for pair in zip(*chunk)]
+    # as train.old_share chose with the whole corpus in memory
+    key, seed = str(config.run.seed).encode(), config.run.seed
+    pairs = dedup(clean(load_raw(old)["train"], {}))
+    hashes = keyed_hashes([source_key(s) for s, _ in pairs], key)
+    out = np.isin(hashes, keyed_hashes([source_key("How are you?")], key)) | (hashes < 1 << 62)
+    pairs = [pair for pair, o in zip(pairs, out.tolist()) if not o]
+    pick = np.random.default_rng(seed).choice(len(pairs), min(12, len(pairs)), replace=False)
+    assert got == [pairs[i] for i in sorted(pick)] and 0 < len(got) < len(pairs)
 
 
 def test_a_prepared_fine_tuning_run_no_longer_needs_its_init_checkpoint(trained, tmp_path):

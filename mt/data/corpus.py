@@ -43,6 +43,7 @@ class Corpus:
     files: list[str]  # local files, watched for changes while they are prepared
     weight: float | None  # share of each epoch's pairs (train); None: its own size
     read: Callable[[], Iterator[Chunk]]  # every call reads the corpus anew, chunk by chunk
+    tag: str | None = None  # put before each of its sources (data.files.train's `tag`)
 
 
 def corpora(cfg: DataConfig) -> dict[str, list[Corpus]]:
@@ -78,16 +79,20 @@ def _entry(entry: str | dict[str, Any], cfg: DataConfig, key: str) -> Corpus:
             raise InputError(f"{key}: {file}: an empty file")
     name = f"{key}: {', '.join(files)}"
     if len(files) == 2:
-        return Corpus(name, files, weight, _tagged(lambda: _aligned(*files, key), tag))
+        return Corpus(name, files, weight, _tagged(lambda: _aligned(*files, key), tag), tag)
     dataset = _load_file(files[0], key)
-    return Corpus(name, files, weight, _tagged(lambda: _rows(dataset, cfg, name, files[0]), tag))
+    read = _tagged(lambda: _rows(dataset, cfg, name, files[0]), tag)
+    return Corpus(name, files, weight, read, tag)
 
 
 def _tagged(read: Callable[[], Iterator[Chunk]], tag: str | None) -> Callable[[], Iterator[Chunk]]:
-    """`read` with `tag` and a space before each source (None: as it is)."""
+    """`read` with `tag` and a space before each source (None: as it is); a source without
+    text stays without, and is dropped as empty."""
     if tag is None:
         return read
-    return lambda: (([f"{tag} {s}" for s in src], tgt) for src, tgt in read())
+    return lambda: (
+        ([f"{tag} {s}" if s and not s.isspace() else s for s in src], tgt) for src, tgt in read()
+    )
 
 
 def corpus_tags(cfg: DataConfig) -> list[str]:
@@ -254,14 +259,6 @@ def _columns(rows: dict[str, list[Any]], cfg: DataConfig, origin: str) -> Chunk:
     raise MtError(
         f"{origin}: no '{cfg.src_lang}' and '{cfg.tgt_lang}' fields (columns: {', '.join(rows)})"
     )
-
-
-def load_raw(cfg: DataConfig) -> dict[str, list[Pair]]:
-    """Every split's raw pairs in memory: for small corpora (a fine-tuned model's old one)."""
-    return {
-        name: [pair for corpus in found for chunk in corpus.read() for pair in zip(*chunk)]
-        for name, found in corpora(cfg).items()
-    }
 
 
 # ---------------------------------------------------------------------------- text

@@ -4,7 +4,6 @@ written whole (`write_held_out`)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from . import tokenizer as tok
 from .corpus import Chunk, Pair, normalize
 from .scan import HELD_OUT, SAMPLED, TEST, TRAIN, VALID
 from .store import Sentences, SplitWriter, token_dtype
-from .workers import worker_tokenizers
+from .workers import worker_encoders
 
 
 def encode_chunk(
@@ -41,7 +40,7 @@ def encode_chunk(
         drops["copy"] = int(np.count_nonzero(verdict == language.COPY))
         kept = (verdict == language.KEPT).tolist()
         texts = [[text for text, keep in zip(side, kept) if keep] for side in texts]
-    sides = [flat_ids(tok.encode(t, side)) for t, side in zip(worker_tokenizers(), texts)]
+    sides = [encoder.encode(side) for encoder, side in zip(worker_encoders(), texts)]
     keep = np.flatnonzero(length_filter(sides[0][1], sides[1][1], max_length, max_ratio, drops))
     out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops, "train": {}}
     for name, (flat, lengths) in zip(("src", "tgt"), sides):
@@ -49,12 +48,6 @@ def encode_chunk(
     for name, code in HELD_OUT.items():
         out[name] = [(normalize(chunk[0][i]), normalize(chunk[1][i])) for i in picked[code]]
     return out
-
-
-def flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded sentences (`tokenizers` gives lists) as one int32 array and their lengths."""
-    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
-    return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
 
 
 def store_dtype(tokenizers: tuple[Tokenizer, Tokenizer]) -> np.dtype:
@@ -82,7 +75,7 @@ def write_held_out(
     for side, tokenizer, texts in zip(
         ("src", "tgt"), tokenizers, zip(*pairs) if pairs else ([], [])
     ):
-        sides[side] = flat_ids(tok.encode(tokenizer, texts))
+        sides[side] = tok.flat_ids(tok.encode(tokenizer, texts))
     writer.append(sides)
     with open(held_out_text(folder, name), "w", encoding="utf-8") as f:
         for src, tgt in pairs:

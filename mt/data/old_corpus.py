@@ -1,16 +1,20 @@
 """Fine-tuning's rehearsal of the old data: a seeded sample of `train.init`'s own training
-corpus mixed into the new one (`train.old_share`), so that fine-tuning forgets less of it."""
+corpus mixed into the new one (`train.old_share`), so that fine-tuning forgets less of it.
+The old corpus is scanned as the new one is (`scan.scan`: 16 bytes a pair) and read again
+for the pairs chosen, a chunk at a time: it is never held whole."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from ..config import Config, DataConfig
-from .corpus import Corpus, Pair, load_raw
-from .scan import clean, dedup, keyed_hashes, source_key
+from .corpus import Chunk, Corpus, Pair, corpora, normalize
+from .scan import keyed_hashes, scan, source_key
 
 
 @dataclass
@@ -23,21 +27,40 @@ class Base:
 
 
 def old_corpus(
-    old: DataConfig, config: Config, new: int, cut: dict, held: dict[str, list[Pair]]
+    old: DataConfig,
+    config: Config,
+    new: int,
+    cut: dict,
+    held: dict[str, list[Pair]],
+    run: Callable,
+    folder: Path,
 ) -> Corpus:
     """Pairs of train.init's own training corpus, a seeded sample that makes `train.old_share`
     of the training pairs beside `new` new ones (all there are, if fewer), none with the source
-    of a held-out pair: rehearsing the old data makes fine-tuning forget less of it."""
+    of a held-out pair, each distinct pair once, normalised: rehearsing the old data makes
+    fine-tuning forget less of it. `run` and `folder`: the scan's workers and spill files."""
     share, seed = config.train.old_share, config.run.seed
-    pairs = dedup(clean(load_raw(old).get("train", []), {}))
-    key = str(seed).encode()
-    hashes = keyed_hashes([source_key(s) for s, _ in pairs], key)
-    out = np.isin(hashes, keyed_hashes([source_key(s) for p in held.values() for s, _ in p], key))
+    found = corpora(old).get("train", [])
+    scanned = scan(found, run, seed, folder)
+    src = scanned["src"]
+    sources = [source_key(s) for pairs in held.values() for s, _ in pairs]
+    out = ~scanned["first"] | np.isin(src, keyed_hashes(sources, str(seed).encode()))
     for lo, hi in cut.values():
-        out |= (hashes >= lo) & (hashes < hi)
-    pairs = [pair for pair, o in zip(pairs, out.tolist()) if not o]
-    count = min(len(pairs), round(new * share / (1 - share)))
-    pick = np.random.default_rng(seed).choice(len(pairs), count, replace=False)
-    chosen = [pairs[i] for i in sorted(pick)]
-    chunk = [s for s, _ in chosen], [t for _, t in chosen]
-    return Corpus("train.init's corpus", [], None, lambda: iter([chunk] if chosen else []))
+        out |= (src >= lo) & (src < hi)
+    eligible = np.flatnonzero(~out)  # among the pairs with text, in corpus order
+    del out, src
+    count = min(len(eligible), round(new * share / (1 - share)))
+    pick = np.random.default_rng(seed).choice(len(eligible), count, replace=False)
+    chosen = np.flatnonzero(scanned["nonempty"])[np.sort(eligible[pick])]  # among all pairs
+
+    def read() -> Iterator[Chunk]:
+        at = 0  # place of the chunk's first pair
+        for chunk in (chunk for corpus in found for chunk in corpus.read()):
+            lo, hi = np.searchsorted(chosen, [at, at + len(chunk[0])])
+            inside = (chosen[lo:hi] - at).tolist()
+            if inside:
+                src, tgt = chunk
+                yield [normalize(src[i]) for i in inside], [normalize(tgt[i]) for i in inside]
+            at += len(chunk[0])
+
+    return Corpus("train.init's corpus", [], None, read)

@@ -61,6 +61,7 @@ from .old_corpus import Base, old_corpus
 from .scan import (
     DUPLICATE,
     HELD_OUT,
+    HELD_SOURCE,
     SAMPLED,
     TRAIN,
     clean,
@@ -70,7 +71,7 @@ from .scan import (
     sample,
     scan,
 )
-from .store import Sentences, Split, SplitWriter, open_split
+from .store import Split, SplitWriter, open_split
 from .workers import Meter, workers
 
 CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
@@ -105,6 +106,8 @@ def fingerprint(config: Config) -> str:
             if k != "dropout" and (k, v) != ("model", "bpe")
         },
     }
+    if corpus_tags(data):  # held-out pairs cut from the untagged corpora only
+        inputs["held_out"] = "untagged"
     if config.train.init:  # its tokenizers, and its corpus where old_share mixes some in
         inputs["init"] = [config.train.init, config.train.old_share]
     if data.source == "files":
@@ -213,12 +216,14 @@ def _build(
         )
         if base and config.train.old_share:
             kept = int(np.count_nonzero(decide(scanned, cut) == TRAIN))
-            train.append(old_corpus(base.data, config, kept, cut, held))
+            train.append(old_corpus(base.data, config, kept, cut, held, run, folder))
             scanned = merge(scanned, scan(train[-1:], run, seed, folder))
     _check_unchanged(watched)
     codes, raw = decide(scanned, cut), scanned["raw"]
     drops["empty"] += len(codes) - int(np.count_nonzero(scanned["nonempty"]))
     drops["duplicate"] = int(np.count_nonzero(codes == DUPLICATE))
+    if scanned["tagged"] and cut:  # tagged pairs whose source is held out
+        drops["held_out_source"] = int(np.count_nonzero(codes == HELD_SOURCE))
     del scanned
     if not np.any(codes == TRAIN):
         raise MtError("no training pairs are left after cleaning")
@@ -332,30 +337,6 @@ def _check_unchanged(watched: dict[str, list[Any]]) -> None:
     for file, seen in watched.items():
         if _file_id(file) != seen:
             raise InputError(f"data.files: {file}: {_CHANGED}")
-
-
-def dropout_epochs(prepared: Prepared, config: Config) -> Callable[[int], Split] | None:
-    """With tokenizer.dropout: epoch -> the training pairs segmented anew by BPE-dropout, a
-    function of (run.seed, epoch) alone, so that a resumed run (or another process) redoes an
-    epoch exactly. A pair that comes out longer than data.max_length keeps its usual ids.
-    None without dropout."""
-    if not config.tokenizer.dropout:
-        return None
-    train, limit = prepared.splits["train"], config.data.max_length
-    pairs = ((prepared.src_tokenizer, train.src), (prepared.tgt_tokenizer, train.tgt))
-    sides = [tok.BpeDropout(tokenizer, config.tokenizer.dropout, ids) for tokenizer, ids in pairs]
-
-    def epoch_split(epoch: int) -> Split:
-        rng = np.random.default_rng([config.run.seed, epoch, 1])  # not token_batches' stream
-        src, tgt = (side.sample(rng) for side in sides)
-        fits = (src.lengths() <= limit) & (tgt.lengths() <= limit)  # else as encoded
-        return Split(
-            Sentences.mixed(src, train.src, fits),
-            Sentences.mixed(tgt, train.tgt, fits),
-            corpora=train.corpora,
-        )
-
-    return epoch_split
 
 
 def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared | None:

@@ -146,8 +146,8 @@ class SplitWriter:
     """Appends encoded pairs of one split to its files, chunk by chunk."""
 
     def __init__(self, folder: Path, name: str, dtype: np.dtype) -> None:
-        self.folder, self.name, self.dtype, self.pairs = folder, name, dtype, 0
-        self.tokens = dict.fromkeys(SIDES, 0)
+        self.folder, self.name, self.dtype = folder, name, dtype
+        self.tokens, self.sentences = dict.fromkeys(SIDES, 0), dict.fromkeys(SIDES, 0)
         self.counts = {side: np.zeros(0, np.int64) for side in SIDES}
         self.files: dict[str, tuple[IO[bytes], IO[bytes]]] = {}
         for side in SIDES:
@@ -159,14 +159,15 @@ class SplitWriter:
             self.files[side] = ids, offsets
 
     def append(self, sides: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        """`sides`: per side, the chunk's flat ids and the length of each sentence."""
+        """`sides`: per side (both, or one: the other's may come later), the chunk's flat ids
+        and the length of each sentence."""
         for side, (ids, lengths) in sides.items():
             out_ids, out_offsets = self.files[side]
             out_ids.write(ids.astype(self.dtype).tobytes())
             out_offsets.write((self.tokens[side] + np.cumsum(lengths, dtype=np.int64)).tobytes())
             self.tokens[side] += len(ids)
             self.counts[side] = added(self.counts[side], np.bincount(ids))
-        self.pairs += len(lengths)
+            self.sentences[side] += len(lengths)
 
     def close(self) -> dict[str, Any]:
         """Close the files, write the counts; what `open_split` needs to read them."""
@@ -174,7 +175,10 @@ class SplitWriter:
             f.close()
         for side, counts in self.counts.items():
             counts.tofile(self.folder / f"{self.name}.{side}.counts")
-        return {"pairs": self.pairs, "tokens": self.tokens, "dtype": self.dtype.name}
+        if len(set(self.sentences.values())) != 1:
+            raise ValueError(f"{self.name}: the sides have {self.sentences} sentences")
+        pairs = self.sentences["src"]
+        return {"pairs": pairs, "tokens": self.tokens, "dtype": self.dtype.name}
 
 
 def open_split(folder: Path, name: str, layout: dict[str, Any]) -> Split:

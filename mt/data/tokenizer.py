@@ -1,5 +1,5 @@
 """Byte-level subword tokenizers (BPE or unigram), trained with Hugging Face `tokenizers`;
-seeded BPE-dropout for training.
+encoding in bulk for prepare (`PieceEncoder`). BPE-dropout is mt.data.dropout.
 
 Both models start from the 256 byte symbols, so every string is encodable without
 `<unk>` and `decode(encode(s)) == s` exactly: no character is ever lost. The special tokens
@@ -13,6 +13,7 @@ target side, the reference labels). Inside `mt` the ids are taken without it
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from collections.abc import Iterable, Sequence
@@ -33,7 +34,6 @@ from tokenizers import (
 
 from ..config import SPECIAL_TOKENS, TokenizerConfig
 from ..errors import ConfigError
-from .store import Sentences
 
 PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 
@@ -147,6 +147,72 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
 
+def flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded sentences (`tokenizers` gives lists) as one int32 array and their lengths."""
+    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+    return np.fromiter(itertools.chain.from_iterable(ids), np.int32, int(lengths.sum())), lengths
+
+
+class PieceEncoder:
+    """`encode` of normalised text (`corpus.normalize`: words one space apart, none at the
+    ends), flat (`flat_ids`), each distinct space-led chunk of it encoded once.
+
+    The tokenizers mt learns (NFC, byte-level pieces cut by its regex, BPE or unigram on each
+    piece) never join text across a space between two words: the regex's pieces hold a space
+    only at their start (its whitespace-run alternatives match no single space before a
+    word), NFC composes nothing with a space, and no added token holds one. So a sentence's
+    ids are those of its chunks ("I", " saw", " it.") one after another, and `tokenizers`'
+    per-sentence work (normalised strings with alignments, encodings: most of its time) is
+    spent once per new chunk instead of once per sentence. A tokenizer of another kind (a
+    Marian model's SentencePiece) encodes sentence by sentence.
+    """
+
+    # chunks remembered (~40 MiB); past that the memo starts again (with one call's at most)
+    CAPACITY = 1 << 18
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.by_chunk = _splits_at_spaces(tokenizer)
+        self.memo: dict[str, bytes] = {}  # chunk -> its ids, int32 bytes
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The texts' ids (int32, one after another) and each text's count of them."""
+        if not self.by_chunk or not texts:
+            return flat_ids(encode(self.tokenizer, texts))
+        chunks = "\n".join(texts).replace(" ", "\n ").split("\n")
+        per_text = np.fromiter(map(str.count, texts, itertools.repeat(" ")), np.int64, len(texts))
+        if len(chunks) != len(texts) + per_text.sum():  # a newline: not normalised text
+            raise ValueError("PieceEncoder.encode: text with a line break")
+        new = set(chunks).difference(self.memo)
+        if len(self.memo) + len(new) > self.CAPACITY:
+            self.memo.clear()
+            new = set(chunks)
+        new_chunks = list(new)
+        for chunk, ids in zip(new_chunks, encode(self.tokenizer, new_chunks)):
+            self.memo[chunk] = np.array(ids, np.int32).tobytes()
+        found = list(map(self.memo.__getitem__, chunks))
+        tokens = np.fromiter(map(len, found), np.int64, len(found)) // 4
+        starts = np.concatenate(([0], np.cumsum(per_text + 1)[:-1]))
+        return np.frombuffer(b"".join(found), np.int32), np.add.reduceat(tokens, starts)
+
+
+def _splits_at_spaces(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` is of the kind `PieceEncoder` may encode a chunk at a time."""
+    if not isinstance(tokenizer, Tokenizer) or tokenizer.truncation or tokenizer.padding:
+        return False
+    saved = json.loads(tokenizer.to_str())
+    pre = saved.get("pre_tokenizer") or {}
+    return (
+        (saved.get("normalizer") or {"type": "NFC"})["type"] == "NFC"
+        and pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True)
+        and not pre.get("add_prefix_space")
+        and saved["model"]["type"] in ("BPE", "Unigram")
+        and not saved["model"].get("dropout")
+        and not any(c.isspace() for token in saved["added_tokens"] for c in token["content"])
+    )
+
+
 def detokenize(tokenizer: Tokenizer, ids: Sequence[Sequence[int]]) -> list[str]:
     """Natural text of each id sequence; special tokens are dropped."""
     return tokenizer.decode_batch([list(x) for x in ids], skip_special_tokens=True)
@@ -158,84 +224,6 @@ def round_trip_rate(tokenizer: Tokenizer, texts: Sequence[str]) -> float:
         return 1.0
     back = detokenize(tokenizer, encode(tokenizer, texts))
     return sum(a == b for a, b in zip(texts, back)) / len(texts)
-
-
-class BpeDropout:
-    """BPE-dropout (Provilkov et al., 2020) of a fixed set of sentences, seeded.
-
-    `tokenizers` has BPE-dropout too, but draws from a generator no seed reaches, so neither a
-    resumed run nor a second run with the same seed could redo an epoch. Here a segmentation is
-    a function of the generator given: each word is rebuilt from its byte symbols and merged
-    as BPE does, the lowest-ranked pair first (leftmost on a tie), except that at every step
-    each candidate merge is skipped with probability `p`; a word whose candidates were all
-    skipped stops there, as in `tokenizers`. With p = 0 this gives `encode`'s ids (tested).
-    All words of a chunk are merged at once, one merge per word per step, in numpy.
-    """
-
-    CHUNK = 1 << 14  # words merged together (a chunk is as wide as its longest word)
-
-    def __init__(self, tokenizer: Tokenizer, p: float, ids: Sequence[Sequence[int]]) -> None:
-        model = json.loads(tokenizer.to_str())["model"]
-        vocab = model["vocab"]
-        pairs = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
-        self.size = tokenizer.get_vocab_size()
-        keys = np.array([vocab[a] * self.size + vocab[b] for a, b in pairs], np.int64)
-        self.order = np.argsort(keys)  # the rank of each sorted key
-        self.keys = keys[self.order]
-        self.merged = np.array([vocab[a + b] for a, b in pairs], np.int64)[self.order]
-        self.p = p
-        # the sentences as words of byte symbols: one flat array, the lengths of its pieces
-        words = [
-            [w for w, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text)]
-            for text in detokenize(tokenizer, ids)
-        ]
-        self.words_per_sentence = np.fromiter(map(len, words), np.int64, len(words))
-        flat = [w for sentence in words for w in sentence]
-        self.word_lengths = np.fromiter(map(len, flat), np.int64, len(flat))
-        codes = np.frombuffer("".join(flat).encode("utf-32-le"), np.uint32)
-        symbol = np.zeros(max(ord(c) for c in pre_tokenizers.ByteLevel.alphabet()) + 1, np.int64)
-        for char in pre_tokenizers.ByteLevel.alphabet():
-            symbol[ord(char)] = vocab[char]
-        self.symbols = symbol[codes]
-
-    def sample(self, rng: np.random.Generator) -> Sentences:
-        """Every sentence segmented anew: its token ids (int32), in order."""
-        starts = np.concatenate([[0], np.cumsum(self.word_lengths)])
-        tokens, counts = [], []
-        for first in range(0, len(self.word_lengths), self.CHUNK):
-            lengths = self.word_lengths[first : first + self.CHUNK]
-            width = int(lengths.max())
-            rows = np.full((len(lengths), width), -1, np.int64)  # (W, L) symbols, -1 after
-            inside = np.arange(width) < lengths[:, None]
-            rows[inside] = self.symbols[starts[first] : starts[first + len(lengths)]]
-            self._merge(rows, rng)
-            tokens.append(rows[rows >= 0])
-            counts.append((rows >= 0).sum(1))
-        per_word = np.concatenate(counts)
-        ends = np.cumsum(self.words_per_sentence)
-        per_sentence = np.add.reduceat(per_word, ends - self.words_per_sentence)
-        offsets = np.concatenate(([0], np.cumsum(per_sentence)))
-        return Sentences(np.concatenate(tokens).astype(np.int32), offsets)
-
-    def _merge(self, rows: np.ndarray, rng: np.random.Generator) -> None:
-        """Merge the words of `rows` (W, L) in place until no merge is left or taken."""
-        active = np.arange(len(rows))
-        while len(active):
-            left, right = rows[active, :-1], rows[active, 1:]  # (A, L - 1) adjacent pairs
-            key = left * self.size + right
-            at = np.searchsorted(self.keys, key).clip(max=len(self.keys) - 1)
-            rank = np.where((self.keys[at] == key) & (right >= 0), self.order[at], np.inf)
-            if self.p:
-                rank[rng.random(rank.shape) < self.p] = np.inf
-            best = rank.argmin(1)  # (A,) leftmost of the lowest rank
-            go = rank[np.arange(len(active)), best] < np.inf
-            active, best = active[go], best[go]
-            merged = self.merged[at[go, best]]
-            words = rows[active]
-            shifted = np.concatenate([words[:, 1:], np.full((len(words), 1), -1)], 1)
-            words = np.where(np.arange(rows.shape[1]) > best[:, None], shifted, words)
-            words[np.arange(len(words)), best] = merged
-            rows[active] = words
 
 
 WORD_MARKS = ("\u0120", "\u2581")  # a token that starts a word: byte-level "Ġ", SentencePiece "▁"

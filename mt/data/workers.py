@@ -15,12 +15,12 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from ..messages import say
-from .tokenizer import tokenizer_from_str
+from .tokenizer import PieceEncoder, tokenizer_from_str
 
 PERIOD = 30.0  # seconds between progress lines off a terminal
 
 
-_TOKENIZERS: tuple[Tokenizer, ...] = ()  # a worker's, for the jobs that encode
+_ENCODERS: tuple[PieceEncoder, ...] = ()  # a worker's, for the jobs that encode
 
 
 @contextmanager
@@ -67,8 +67,13 @@ def _forked(count: int, texts: tuple[str, ...]) -> Iterator[Any]:
 
 
 def _start_worker(texts: tuple[str, ...]) -> None:
-    global _TOKENIZERS
-    _TOKENIZERS = tuple(tokenizer_from_str(t) for t in texts)
+    """One encoder a distinct tokenizer (a joint one serves both sides, with one memo)."""
+    global _ENCODERS
+    encoders: dict[str, PieceEncoder] = {}
+    for text in texts:
+        if text not in encoders:
+            encoders[text] = PieceEncoder(tokenizer_from_str(text))
+    _ENCODERS = tuple(encoders[text] for text in texts)
 
 
 class Meter:
@@ -95,6 +100,6 @@ class Meter:
         self.bar.close()
 
 
-def worker_tokenizers() -> tuple[Tokenizer, ...]:
-    """The tokenizers this worker was started with."""
-    return _TOKENIZERS
+def worker_encoders() -> tuple[PieceEncoder, ...]:
+    """The encoders of the tokenizers this worker was started with."""
+    return _ENCODERS

@@ -24,8 +24,9 @@ import torch
 from ..config import Config, TrainConfig
 from ..config_checks import check_training_stops
 from ..data.batches import Batches, map_batch
+from ..data.dropout import dropout_epochs
 from ..data.packing import row_length
-from ..data.prepare import dropout_epochs, inputs_of, prepare
+from ..data.prepare import inputs_of, prepare
 from ..errors import Unhealthy
 from ..messages import say
 from ..model import Transformer
