@@ -26,7 +26,7 @@ from ..config import Config
 from ..run_folder import data_dir
 from .prepare import Prepared
 from .store import SIDES, Sentences, Split, SplitWriter, open_split
-from .tokenizer import detokenize
+from .tokenizer import detokenize, space_led_chunks
 
 TAGS = 0xE000  # private-use characters that stand for added tokens (corpus tags) in words
 STEP = 1 << 16  # sentences of an epoch's split mixed from the two segmentations together
@@ -126,7 +126,7 @@ class BpeDropout:
         if len(self.memo) > self.MEMO:
             self.memo.clear()
         words = []
-        for chunk in text.replace(" ", "\n ").split("\n"):
+        for chunk in space_led_chunks(text):
             found = self.memo.get(chunk)
             if found is None:
                 found = self.memo[chunk] = self._words(chunk)

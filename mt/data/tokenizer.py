@@ -179,7 +179,7 @@ class PieceEncoder:
         """The texts' ids (int32, one after another) and each text's count of them."""
         if not self.by_chunk or not texts:
             return flat_ids(encode(self.tokenizer, texts))
-        chunks = "\n".join(texts).replace(" ", "\n ").split("\n")
+        chunks = space_led_chunks("\n".join(texts))
         per_text = np.fromiter(map(str.count, texts, itertools.repeat(" ")), np.int64, len(texts))
         if len(chunks) != len(texts) + per_text.sum():  # a newline: not normalised text
             raise ValueError("PieceEncoder.encode: text with a line break")
@@ -194,6 +194,12 @@ class PieceEncoder:
         tokens = np.fromiter(map(len, found), np.int64, len(found)) // 4
         starts = np.concatenate(([0], np.cumsum(per_text + 1)[:-1]))
         return np.frombuffer(b"".join(found), np.int32), np.add.reduceat(tokens, starts)
+
+
+def space_led_chunks(text: str) -> list[str]:
+    """A normalised text cut before each space ("I", " saw", " it."), and at its line breaks:
+    pieces the tokenizers mt learns never join (see PieceEncoder)."""
+    return text.replace(" ", "\n ").split("\n")
 
 
 def _splits_at_spaces(tokenizer: Tokenizer) -> bool:
