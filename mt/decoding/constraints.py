@@ -46,7 +46,7 @@ from .search import (
 
 
 @dataclass(frozen=True)
-class Progress:
+class TermProgress:
     """How far a hypothesis is through its sentence's constraints."""
 
     met: frozenset[int] = frozenset()  # the terms met
@@ -69,7 +69,7 @@ class Constraints:
         self.phrases = [(term, list(p)) for term, phrases in enumerate(terms) for p in phrases]
         self.word_final, self.space_initial = word_final, space_initial
 
-    def advance(self, progress: Progress, token: int) -> Progress:
+    def advance(self, progress: TermProgress, token: int) -> TermProgress:
         """The progress after `token`: a term under way goes on or is dropped; a token that
         starts (or is) a term not met yet starts (or meets) it."""
         if progress.phrase is not None:
@@ -77,16 +77,16 @@ class Constraints:
             term, phrase = self.phrases[index]
             if phrase[matched] == token:
                 if matched + 1 == len(phrase):
-                    return Progress(progress.met | {term}, None, progress.tokens + len(phrase))
-                return Progress(progress.met, (index, matched + 1), progress.tokens)
+                    return TermProgress(progress.met | {term}, None, progress.tokens + len(phrase))
+                return TermProgress(progress.met, (index, matched + 1), progress.tokens)
         for index, (term, phrase) in enumerate(self.phrases):
             if term not in progress.met and phrase[0] == token:
                 if len(phrase) == 1:
-                    return Progress(progress.met | {term}, None, progress.tokens + 1)
-                return Progress(progress.met, (index, 1), progress.tokens)
-        return Progress(progress.met, None, progress.tokens)
+                    return TermProgress(progress.met | {term}, None, progress.tokens + 1)
+                return TermProgress(progress.met, (index, 1), progress.tokens)
+        return TermProgress(progress.met, None, progress.tokens)
 
-    def next_tokens(self, progress: Progress, previous: int | None) -> set[int]:
+    def next_tokens(self, progress: TermProgress, previous: int | None) -> set[int]:
         """The tokens that advance a hypothesis whose last token is `previous` (None: empty)."""
         if progress.phrase is not None:
             index, matched = progress.phrase
@@ -102,10 +102,10 @@ class Constraints:
             )
         }
 
-    def bank(self, progress: Progress) -> int:
+    def bank(self, progress: TermProgress) -> int:
         return progress.tokens + (progress.phrase[1] if progress.phrase else 0)
 
-    def done(self, progress: Progress) -> bool:
+    def done(self, progress: TermProgress) -> bool:
         return len(progress.met) == self.terms
 
 
@@ -146,7 +146,7 @@ def encode_constraints(
 class _Live:
     tokens: list[int]
     logprob: float
-    progress: Progress = field(default_factory=Progress)
+    progress: TermProgress = field(default_factory=TermProgress)
 
 
 def _allocate(candidates: list[tuple], beam: int, bank) -> list[tuple]:
@@ -181,7 +181,7 @@ def constrained_beam_search(
     limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, pad))
     steps = int(limit.max()) + 1
     state, decode_step = _start(model, *model.encode(src), steps, beam, Plan())
-    rules = [c or Constraints([]) for c in constraints]
+    constraints = [c or Constraints([]) for c in constraints]
     live = [[_Live([], 0.0), *[None] * (beam - 1)] for _ in range(n_src)]
     finished: list[list[Hypothesis]] = [[] for _ in range(n_src)]
     sents = list(range(n_src))  # the sentences still searched, in the order of their rows
@@ -193,7 +193,7 @@ def constrained_beam_search(
         if (forced := _forced_at(prefix, t, row_sent)) is not None:
             _force(logprobs, forced)
         hyps = [h for s in sents for h in live[s]]
-        unmet = [h is None or not rules[s].done(h.progress) for s in sents for h in live[s]]
+        unmet = [h is None or not constraints[s].done(h.progress) for s in sents for h in live[s]]
         logprobs[:, eos].masked_fill_(torch.tensor(unmet, device=device), NEG_INF)
         alive = torch.tensor([NEG_INF if h is None else h.logprob for h in hyps], device=device)
         top = best_extensions(logprobs, alive.view(len(sents), beam), 2 * beam)
@@ -202,7 +202,7 @@ def constrained_beam_search(
             (row, word)
             for row, h in enumerate(hyps)
             if h is not None
-            for word in rules[sents[row // beam]].next_tokens(
+            for word in constraints[sents[row // beam]].next_tokens(
                 h.progress, h.tokens[-1] if h.tokens else None
             )
         ]
@@ -227,9 +227,9 @@ def constrained_beam_search(
                     penalty = length_penalty(len(h.tokens) + 1, alpha)
                     finished[s].append(Hypothesis(h.tokens, score / penalty, score))
                 else:
-                    candidates.append((score, b, word, rules[s].advance(h.progress, word)))
+                    candidates.append((score, b, word, constraints[s].advance(h.progress, word)))
             finished[s] = sorted(finished[s], key=lambda h: -h.score)[:nbest]
-            chosen = _allocate(candidates, beam, lambda c, s=s: rules[s].bank(c[3]))
+            chosen = _allocate(candidates, beam, lambda c, s=s: constraints[s].bank(c[3]))
             live[s] = [_Live([*live[s][b].tokens, w], sc, p) for sc, b, w, p in chosen]
             live[s] += [None] * (beam - len(chosen))
             bound = max((h.logprob for h in live[s] if h), default=NEG_INF)
@@ -264,7 +264,7 @@ def read_glossary(path: str) -> dict[str, str]:
     """A glossary file: a source term and its target term a line, tab-separated (blank lines
     skipped). Refused in one line: a line not of two non-empty columns, a source term given two
     target terms."""
-    from ..data.corpus import read_lines
+    from ..data.text_input import read_lines
 
     glossary: dict[str, str] = {}
     for number, line in enumerate(read_lines(path, "--glossary"), start=1):
@@ -298,7 +298,7 @@ def glossary_terms(glossary: dict[str, str], texts: Sequence[str]) -> list[list[
 def read_constraints(path: str, count: int) -> list[list[str]]:
     """A constraints file: a line per text, its target terms tab-separated (a blank line:
     none), `count` lines."""
-    from ..data.corpus import read_lines
+    from ..data.text_input import read_lines
 
     lines = read_lines(path, "--constraints")
     if len(lines) != count:

@@ -134,11 +134,11 @@ def translate_ids(
         pad, _, eos = model.specials
         src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=eos, pad=pad)).to(device)
         prefix = _prefix_batch(prefixes, batch, device)
-        rules = [constraints[i] for i in batch] if constraints else []
+        batch_constraints = [constraints[i] for i in batch] if constraints else []
         try:
             with autocast(device, dtype):  # log-probabilities are float32 all the same
-                if any(rules):
-                    found = constrained_beam_search(model, src, cfg, rules, prefix)
+                if any(batch_constraints):
+                    found = constrained_beam_search(model, src, cfg, batch_constraints, prefix)
                 else:
                     found = search(model, src, plan, prefix)
         except torch.OutOfMemoryError:
