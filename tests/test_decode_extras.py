@@ -12,6 +12,7 @@ from test_model import pad, tiny_model
 
 from mt.config import DecodeConfig
 from mt.data.tokenizer import BOS, EOS, PAD
+from mt.decoding.beam import beam_search
 from mt.decoding.constraints import (
     Constraints,
     TermProgress,
@@ -21,7 +22,7 @@ from mt.decoding.constraints import (
 from mt.decoding.ensemble import Ensemble
 from mt.decoding.sampling import allowed, sample
 from mt.decoding.scoring import score_ids
-from mt.decoding.search import Plan, beam_search, greedy, length_penalty, max_output_lengths
+from mt.decoding.search import Plan, greedy, length_penalty, max_output_lengths
 from mt.decoding.translate import translate_ids
 from mt.errors import MtError
 

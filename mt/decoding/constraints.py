@@ -25,24 +25,12 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from ..config import DecodeConfig
+from ..config import DecodeConfig, ModelConfig
 from ..data import tokenizer as tok
 from ..errors import ConfigError
 from ..model import Transformer
-from .search import (
-    NEG_INF,
-    Hypothesis,
-    Plan,
-    _forbid,
-    _force,
-    _forced_at,
-    _limits,
-    _start,
-    beam_search,
-    best_extensions,
-    length_penalty,
-    max_output_lengths,
-)
+from .beam import beam_search, best_extensions
+from .search import NEG_INF, Hypothesis, Plan, length_penalty, max_output_lengths, search
 
 
 @dataclass(frozen=True)
@@ -163,35 +151,27 @@ def _allocate(candidates: list[tuple], beam: int, bank) -> list[tuple]:
     return sorted(chosen[:beam], key=lambda c: -c[0])
 
 
-@torch.inference_mode()
-def constrained_beam_search(
-    model: Transformer,
-    src: Tensor,
-    cfg: DecodeConfig,
-    constraints: Sequence[Constraints | None],
-    prefix: Tensor | None = None,
-) -> list[list[Hypothesis]]:
-    """Beam search as `beam_search` (beam, alpha, nbest, lengths, prefix) whose outputs contain
-    every sentence's constraints (None: none); no_repeat_ngram is not applied. A sentence whose
-    constraints no hypothesis met within its length limit gets the unconstrained search's
-    output instead."""
-    beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
-    n_src, device = src.size(0), src.device
-    pad, bos, eos = model.cfg.pad_id, model.cfg.bos_id, model.cfg.eos_id
-    limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, pad))
-    steps = int(limit.max()) + 1
-    state, decode_step = _start(model, *model.encode(src), steps, beam, Plan())
-    constraints = [c or Constraints([]) for c in constraints]
-    live = [[_Live([], 0.0), *[None] * (beam - 1)] for _ in range(n_src)]
-    finished: list[list[Hypothesis]] = [[] for _ in range(n_src)]
-    sents = list(range(n_src))  # the sentences still searched, in the order of their rows
-    tokens = src.new_full((n_src * beam,), bos)
-    for t in range(steps):
-        row_sent = torch.tensor(sents, device=device).repeat_interleave(beam)
-        logprobs = decode_step(tokens).float().log_softmax(-1)  # (N * k, V)
-        _forbid(logprobs, t >= limit[row_sent], model.cfg)
-        if (forced := _forced_at(prefix, t, row_sent)) is not None:
-            _force(logprobs, forced)
+class ConstrainedBeam:
+    """Beam search with dynamic beam allocation (the module's docstring) as a strategy of the
+    one search loop; the host keeps each sentence's hypotheses, so the host looks at every
+    step (`Plan()`)."""
+
+    log_probs = True
+
+    def __init__(self, cfg: DecodeConfig, constraints: Sequence[Constraints | None]) -> None:
+        self.cfg, self.rows = cfg, cfg.beam
+        self.constraints = [c or Constraints([]) for c in constraints]
+
+    def start(self, src: Tensor, limit: Tensor, steps: int, model: ModelConfig) -> None:
+        beam, n = self.rows, src.size(0)
+        self.limit, self.eos = limit, model.eos_id
+        self.live = [[_Live([], 0.0), *[None] * (beam - 1)] for _ in range(n)]
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(n)]
+        self.done = torch.zeros(n, dtype=torch.bool, device=src.device)
+
+    def step(self, t: int, logprobs: Tensor, sent: Tensor, history: Tensor) -> tuple[Tensor, ...]:
+        beam, eos, device = self.rows, self.eos, logprobs.device
+        sents, constraints, live = sent.tolist(), self.constraints, self.live
         hyps = [h for s in sents for h in live[s]]
         unmet = [h is None or not constraints[s].done(h.progress) for s in sents for h in live[s]]
         logprobs[:, eos].masked_fill_(torch.tensor(unmet, device=device), NEG_INF)
@@ -216,7 +196,7 @@ def constrained_beam_search(
                 extensions[row // beam][(row % beam, word)] = hyps[row].logprob + value
         for (row, word), value in zip(advancing, values):
             extensions[row // beam][(row % beam, word)] = hyps[row].logprob + value
-        keep, chosen_rows, next_words = [], [], []
+        done, origins, next_words = [], [], []
         for i, s in enumerate(sents):
             candidates = []
             for (b, word), score in extensions[i].items():
@@ -224,28 +204,48 @@ def constrained_beam_search(
                 if score == NEG_INF or h is None:
                     continue
                 if word == eos:
-                    penalty = length_penalty(len(h.tokens) + 1, alpha)
-                    finished[s].append(Hypothesis(h.tokens, score / penalty, score))
+                    penalty = length_penalty(len(h.tokens) + 1, self.cfg.alpha)
+                    self.finished[s].append(Hypothesis(h.tokens, score / penalty, score))
                 else:
                     candidates.append((score, b, word, constraints[s].advance(h.progress, word)))
-            finished[s] = sorted(finished[s], key=lambda h: -h.score)[:nbest]
+            finished = sorted(self.finished[s], key=lambda h: -h.score)[: self.cfg.nbest]
+            self.finished[s] = finished
             chosen = _allocate(candidates, beam, lambda c, s=s: constraints[s].bank(c[3]))
             live[s] = [_Live([*live[s][b].tokens, w], sc, p) for sc, b, w, p in chosen]
             live[s] += [None] * (beam - len(chosen))
             bound = max((h.logprob for h in live[s] if h), default=NEG_INF)
-            bound /= length_penalty(int(limit[s]) + 1, alpha)
-            if not chosen or (len(finished[s]) == nbest and finished[s][-1].score >= bound):
-                continue  # done: its rows leave the cache
-            keep.append(i)
-            chosen_rows += [i * beam + b for _, b, _, _ in chosen]
-            chosen_rows += [i * beam] * (beam - len(chosen))  # dead rows: any row will do
+            bound /= length_penalty(int(self.limit[s]) + 1, self.cfg.alpha)
+            full = len(finished) == self.cfg.nbest
+            done.append(not chosen or (full and finished[-1].score >= bound))
+            origins += [i * beam + b for _, b, _, _ in chosen]
+            origins += [i * beam] * (beam - len(chosen))  # dead rows: any row will do
             next_words += [w for _, _, w, _ in chosen] + [eos] * (beam - len(chosen))
-        if not keep:
-            break
-        index = torch.tensor(keep, device=device)
-        state.select(torch.tensor(chosen_rows, device=device), index)
-        sents = [sents[i] for i in keep]
-        tokens = torch.tensor(next_words, device=device)
+        self.done = torch.tensor(done, device=device)
+        as_rows = (torch.tensor(x, device=device).view(-1, beam) for x in (next_words, origins))
+        return tuple(as_rows)
+
+    def keep(self, live: Tensor) -> None:
+        pass  # its hypotheses are kept by sentence, not by row
+
+    def finish(self) -> list[list[Hypothesis]]:
+        return self.finished
+
+
+def constrained_beam_search(
+    model: Transformer,
+    src: Tensor,
+    cfg: DecodeConfig,
+    constraints: Sequence[Constraints | None],
+    prefix: Tensor | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search as `beam_search` (beam, alpha, nbest, lengths, prefix, no_repeat_ngram)
+    whose outputs contain every sentence's constraints (None: none), under mt's rules (not
+    decode.rules transformers, refused by translate_nbest). A sentence whose
+    constraints no hypothesis met within its length limit gets the unconstrained search's
+    output instead."""
+    lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, model.cfg.pad_id)
+    strategy = ConstrainedBeam(cfg, constraints)
+    finished = search(model, src, strategy, lengths, Plan(), prefix, cfg)
     return _with_fallback(model, src, cfg, finished, prefix)
 
 
