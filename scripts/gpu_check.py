@@ -146,7 +146,7 @@ def worker(out: Path, config_name: str, overrides: list[str]) -> None:
     with warnings.catch_warnings(record=True) as caught:  # every thread's warnings
         warnings.simplefilter("always")
         trainer.run()  # validates once at the end, after the timed updates
-    step = trainer.update_step  # rehearsed (and compiled) before `began`
+    step = trainer.update_plan  # rehearsed (and compiled) before `began`
     figures = speed(began, ends, tokens, flops)
     digest = hashlib.sha256()
     for name, tensor in sorted(trainer.model.state_dict().items()):

@@ -38,7 +38,7 @@ MEASURED = ("fp32", "bf16")  # what train.precision auto measures on a CPU
 
 
 @dataclass
-class Step:
+class UpdatePlan:
     """How every update of a session computes, decided on its first batch before the update
     is built: the precision (`train.precision`, measured where auto on a CPU) and the forward
     pass in it, compiled or not."""
@@ -55,7 +55,7 @@ class Step:
         return dtype_name(self.dtype)
 
 
-def decide(
+def plan_update(
     forward_in: Callable[[torch.dtype | None], Forward],
     batch: Any,
     model: torch.nn.Module,
@@ -64,8 +64,8 @@ def decide(
     packed: bool,
     measured: str,
     state_bytes: int,
-) -> Step:
-    """The session's `Step`, on its first `batch` (on the device): `forward_in(dtype)` is the
+) -> UpdatePlan:
+    """The session's `UpdatePlan`, on its first `batch` (on the device): `forward_in(dtype)` is the
     forward pass in a precision. On a CPU, train.precision auto is measured (`measured`: what
     an earlier session of the run chose, kept; rank 0's choice on every rank); the pass is
     compiled where that pays (`compiles`) and, on a GPU, a batch too big for it is refused
@@ -87,7 +87,7 @@ def decide(
     forward = forward_in(dtype)
     compile = compiles(t.compile, device.type, packed)
     if not compile and device.type != "cuda":
-        return Step(forward, dtype, why, False, 0.0, rates)
+        return UpdatePlan(forward, dtype, why, False, 0.0, rates)
     refusal = flex_refusal(model.cfg, device.type, training=True)
     if compile and packed and refusal and ranks.main:
         say(f"packed rows attend by SDPA with dense masks, not FlexAttention: {refusal}")
@@ -95,7 +95,7 @@ def decide(
         lambda: rehearse(forward, batch, model, compile, t.max_tokens, say, state_bytes),
         ranks.world,
     )
-    return Step(done.forward, dtype, why, done.compiled, done.seconds, rates)
+    return UpdatePlan(done.forward, dtype, why, done.compiled, done.seconds, rates)
 
 
 def compiles(setting: bool | str, device_type: str, packed: bool) -> bool:

@@ -35,7 +35,7 @@ from .budget import time_fitted
 from .health import Checks
 from .metrics import Progress
 from .ranks import Agreement, Ranks, StopSignal
-from .rehearsal import Step, decide
+from .rehearsal import UpdatePlan, plan_update
 from .resume import Checkpoints
 from .schedule import warmup_updates
 from .state import Pace, TrainState
@@ -118,9 +118,9 @@ class Trainer:
             self.state.pack_length = row_length(config, self.device.type)
         self.batches = self._batches()
         net = self.ranks.wrap(self.model)  # once its weights are final (loaded, or initialised)
-        self.update_step = self._decide_step(net)
+        self.update_plan = self._plan_update(net)
         self.updater = Updater(
-            self.model, net, self.optimiser, self.update_step.forward, t, self.ranks
+            self.model, net, self.optimiser, self.update_plan.forward, t, self.ranks
         )
         self.checks = Checks(config, self.state.vitals, self.unigram)
 
@@ -148,14 +148,14 @@ class Trainer:
             specials=self.model.specials,
         )
 
-    def _decide_step(self, net: torch.nn.Module) -> Step:
+    def _plan_update(self, net: torch.nn.Module) -> UpdatePlan:
         """The update's precision and forward pass (compiled or not), rehearsed on the first
-        batch (`rehearsal.decide`); a resumed run keeps the precision it measured."""
+        batch (`rehearsal.plan_update`); a resumed run keeps the precision it measured."""
         t = self.config.train
         batch = map_batch(lambda x: x.to(self.device), self.batches.peek())
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         moments = 0 if self.optimiser.adamw.state else 2 * weights  # AdamW's, at its first step
-        return decide(
+        return plan_update(
             lambda dtype: loss_sums(net, dtype, t, self.device, self.model.cfg.pad_id),
             batch,
             self.model,
@@ -172,9 +172,9 @@ class Trainer:
         """Train until a stopping rule fires; returns how it ended."""
         self._measured_precision()
         if self.main:  # the run's first lines, once it is sure to run
-            say(f"precision: {self.update_step.why}")
-            if self.update_step.compiled:
-                say(f"compiled the training step in {self.update_step.seconds:.1f} s")
+            say(f"precision: {self.update_plan.why}")
+            if self.update_plan.compiled:
+                say(f"compiled the training step in {self.update_plan.seconds:.1f} s")
         with StopSignal() as stop:
             reason = self._loop(stop)
         self.batches.close()
@@ -196,13 +196,13 @@ class Trainer:
     def _measured_precision(self) -> None:
         """What train.precision auto measured on a CPU (rank 0's choice, on every rank): kept
         in the state (a resume computes alike), recorded in metrics.jsonl."""
-        step = self.update_step
-        if not step.rates:
+        plan = self.update_plan
+        if not plan.rates:
             return
-        self.state.precision = step.precision
+        self.state.precision = plan.precision
         if self.main:
-            rates = {f"{k}_tokens_per_s": v for k, v in step.rates.items()}
-            record = {"kind": "precision", "step": self.state.step, "precision": step.precision}
+            rates = {f"{k}_tokens_per_s": v for k, v in plan.rates.items()}
+            record = {"kind": "precision", "step": self.state.step, "precision": plan.precision}
             metrics.append(self.run_dir, {**record, **rates})
 
     def _loop(self, stop: StopSignal) -> str:

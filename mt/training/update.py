@@ -61,7 +61,7 @@ def loss_sums(
 ) -> Forward:
     """What the update computes on a batch: the loss and NLL sums on the device, model and
     loss under `dtype`'s autocast (None: float32), labels of id `pad` (the model's) not
-    counted; what `rehearsal.decide` may compile."""
+    counted; what `rehearsal.plan_update` may compile."""
 
     def forward(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         packed = batch if isinstance(batch, PackedBatch) else None
@@ -91,7 +91,7 @@ class Optimiser:
 
 class Updater:
     """Updates `model` on this rank's batches with `optimiser`, each batch's loss computed by
-    `forward` (from `rehearsal.decide`: in the run's precision, compiled where that pays)."""
+    `forward` (from `rehearsal.plan_update`: in the run's precision, compiled where that pays)."""
 
     def __init__(
         self,
