@@ -143,7 +143,7 @@ def test_a_paragraph_is_translated_sentence_by_sentence_its_layout_kept(server):
     status, answer, _ = call(address, "/translate", {"q": text, "alternatives": 1})
     assert status == 200
     decode = dataclasses.replace(service.translator.config.decode, beam=2, nbest=2)
-    (want,) = translate_texts_nbest(service.translator, [text], decode)
+    (want,) = translate_texts_nbest(service.translator, [text], decode).nbest
     assert [answer["translatedText"], *answer["alternatives"]] == [t for t, _ in want]
     best = [h[0][0] for h in expected(service, SENTENCES[:4], 2, 1)]
     assert answer["translatedText"] == f"{best[0]}  {best[1]}\n{best[2]} {best[3]}\n"
