@@ -22,6 +22,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
            time (scripts/bench_text.py), and the sentence splitters (scripts/bench_splitter.py)
   langid   language identifiers on Tatoeba and FLORES (those installed), and
            data.filter_language on a corrupted Tatoeba train file (scripts/bench_langid.py)
+  long     long sentences: pieces the model carries and the coverage guard, against today
+           (scripts/bench_long.py)
   markup   inline tags carried into translations: per text node, placeholders, alignment,
            anchors (scripts/bench_markup.py)
   ensemble two recipe runs of other seeds: BLEU of each, of their ensemble and of mt average
@@ -52,6 +54,7 @@ import yaml
 from bench_backtranslation import render as render_backtranslation
 from bench_ensemble import render as render_ensemble
 from bench_langid import render as render_langid
+from bench_long import render as render_long
 from bench_markup import render as render_markup
 from bench_prepare import render as render_scale
 from bench_prepare import run as run_scale
@@ -334,6 +337,11 @@ def step_text(data: Path, results: dict) -> None:
     results["text"] = last_json(out)
     out, _ = run([PY, "scripts/bench_splitter.py", "--data", str(data), "--json"])
     results["splitter"] = last_json(out)
+
+
+def step_long(data: Path, results: dict) -> None:
+    out, _ = run([PY, "scripts/bench_long.py", str(RUN), "--data", str(data)])
+    results["long"] = last_json(out)
 
 
 def step_markup(data: Path, results: dict) -> None:
@@ -651,6 +659,8 @@ def render(results: dict) -> str:
         lines += ["## Sentence splitters", "", render_splitter(results["splitter"]["rows"]), ""]
     if "langid" in results:
         lines += render_langid(results["langid"])
+    if "long" in results:
+        lines += render_long(results["long"])
     if "markup" in results:
         lines += render_markup(results["markup"])
     if "ensemble" in results:
@@ -782,7 +792,8 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
         "--only",
-        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid,markup,hf",
+        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid,markup,"
+        "hf,long",
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -803,6 +814,7 @@ def main() -> None:
         "hf": lambda: step_hf(data, results),
         "serve": lambda: step_serve(data, results),
         "text": lambda: step_text(data, results),
+        "long": lambda: step_long(data, results),
         "langid": lambda: step_langid(data, results),
         "markup": lambda: step_markup(data, results),
         "ensemble": lambda: step_script(data, results, "ensemble", args.minutes),
