@@ -20,6 +20,8 @@ DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam", "prefix")
 FIELDS += ("glossary",)
 DETECT_FIELDS = ("q", "api_key")
+FILE_FIELDS = ("file", "source", "target", "api_key")
+BODY_SECONDS = 30  # a body must arrive within this, however slowly it is sent
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
 TEXT_FORMATS = ("text", "html")  # /translate's `format`
@@ -138,19 +140,16 @@ def check_limits(texts: list[str], settings: Settings) -> None:
         check_length(text, settings, f"q[{i}]")
 
 
-async def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Document]:
+def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Document]:
     """The HTML texts of a /translate request with `format: html`, each within --max-chars
-    counted on its text, not its markup; one of markup only is refused. Parsed in a worker
-    thread: a large page takes a while, and the other requests go on meanwhile."""
-    from starlette.concurrency import run_in_threadpool
-
+    counted on its text, not its markup; one of markup only is refused."""
     if len(texts) > settings.max_texts:
         check_limits(texts, settings)
     documents = []
     for i, text in enumerate(texts):
         where = "q" if single else f"q[{i}]"
         try:
-            documents.append(await run_in_threadpool(read_markup, text, where))
+            documents.append(read_markup(text, where))
         except DocumentError as e:
             raise BadRequest(400, str(e)) from None
         check_length(" ".join(documents[-1].units), settings, where)
@@ -166,15 +165,26 @@ def check_length(text: str, settings: Settings, where: str) -> None:
 
 async def read_body(request: Any, limit: int) -> bytes:
     """The request's body, or 413 past `limit` bytes (read on, and dropped, up to DRAIN_BYTES
-    so that the client reads the 413 rather than a connection reset)."""
+    so that the client reads the 413 rather than a connection reset); 408 if it has not
+    all arrived within BODY_SECONDS."""
+    import asyncio
+
     body, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            if size > DRAIN_BYTES:
-                break
-            continue
-        body.append(chunk)
+
+    async def read() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                if size > DRAIN_BYTES:
+                    break
+                continue
+            body.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), BODY_SECONDS)
+    except asyncio.TimeoutError:
+        raise BadRequest(408, f"body not received within {BODY_SECONDS} s") from None
     if size > limit:
         raise BadRequest(413, f"body of {size:,} bytes or more, at most {limit:,}")
     return b"".join(body)
@@ -184,13 +194,21 @@ def content_type(request: Any) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
-async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any], bool]:
-    """The body of a /translate or /detect request as fields, and whether it was a form."""
+async def read_form(request: Any, settings: Settings, multipart: bool = False) -> tuple[str, bytes]:
+    """The content type of a /translate or /detect request (`multipart`: /translate_file's)
+    and its body, read within the limits; 415 for another type."""
     kind = content_type(request)
-    if kind not in (JSON_TYPE, FORM_TYPE):
+    if multipart and kind != MULTIPART_TYPE:
+        raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
+    if not multipart and kind not in (JSON_TYPE, FORM_TYPE):
         raise BadRequest(415, f"Content-Type: expected {JSON_TYPE} or {FORM_TYPE}, got {kind!r}")
+    return kind, await read_body(request, settings.max_body)
+
+
+def parse_fields(kind: str, body: bytes) -> tuple[dict[str, Any], bool]:
+    """The body of a /translate or /detect request as fields, and whether it was a form."""
     try:
-        text = (await read_body(request, settings.max_body)).decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadRequest(400, f"body is not UTF-8 (byte {e.start})") from None
     if kind == FORM_TYPE:
@@ -215,29 +233,18 @@ async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any],
     return fields, False
 
 
-async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, Document]:
-    """A /translate_file request's file (multipart/form-data: `file`, `source`, `target`,
-    `api_key`): its safe name and the document read from it (FILE_FORMATS), each of its
-    texts within --max-chars; a file it cannot read is refused, naming it."""
-    from starlette.concurrency import run_in_threadpool
-
-    if content_type(request) != MULTIPART_TYPE:
-        raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
-    body = await read_body(request, settings.max_body)
-    fields = parse_multipart(request.headers["content-type"], body)
-    unknown = sorted(set(fields) - {"file", "source", "target", "api_key"})
-    if unknown:
-        raise BadRequest(
-            400, f"unknown field '{unknown[0]}' (known: file, source, target, api_key)"
-        )
+def read_document_file(
+    fields: dict[str, tuple[str | None, bytes]], settings: Settings
+) -> tuple[str, Document]:
+    """The file of a /translate_file request's fields: its safe name and the document read
+    from it (FILE_FORMATS), each of its texts within --max-chars; a file it cannot read is
+    refused, naming it."""
     if not fields.get("file", (None,))[0]:  # no file, or one without a name
         raise BadRequest(400, "Invalid request: missing file parameter")
-    values = {key: value.decode("utf-8", "replace") for key, (_, value) in fields.items()}
-    check_languages(values, info["source"], info["target"])
     filename, data = fields["file"]
     name = re.sub(r"[^\w.-]", "_", Path(filename).name).lstrip(".") or "file.txt"
-    try:  # in a worker thread, as read_markups
-        document = await run_in_threadpool(read_document, filename, data)
+    try:
+        document = read_document(filename, data)
     except DocumentError as e:
         raise BadRequest(400, str(e)) from None
     for number, block in enumerate(document.blocks, start=1):
