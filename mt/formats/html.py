@@ -29,14 +29,15 @@ UNTOUCHED = {  # their content is code, or not text a reader sees
     *("script", "style", "pre", "textarea", "template", "svg", "math", "noscript", "iframe"),
     *("object", "canvas"),
 }
-DOCUMENT_START = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html|head|body)[\s>/]", re.I | re.S)
+SPACES = re.compile(r"\s*")
+DOCUMENT_TAG = re.compile(r"<(?:!doctype|html|head|body)[\s>/]", re.I)
 
 
 def read_html(text: str) -> Document:
     """An HTML document or fragment (what it starts with says which) as blocks."""
     from selectolax.lexbor import LexborHTMLParser
 
-    whole = bool(DOCUMENT_START.match(text))
+    whole = _whole(text)
     tree = LexborHTMLParser(text, is_fragment=not whole)
     top = [tree.root] if whole else _siblings(tree.root)
     runs = [run for run in _runs(top) if run]
@@ -52,6 +53,20 @@ def read_html(text: str) -> Document:
         return (tree.html or "").encode("utf-8")
 
     return Document(blocks, write)
+
+
+def _whole(text: str) -> bool:
+    """Whether `text` is a page, not a fragment: after spaces and comments, a doctype or an
+    <html>, <head> or <body> tag. A scan rather than one regex: a regex's comments, each
+    free to end at any later "-->", backtrack exponentially when no tag follows a run of
+    them (<!----> 26 times and an x: 13 s)."""
+    at = SPACES.match(text).end()
+    while text.startswith("<!--", at):
+        end = text.find("-->", at + 4)
+        if end < 0:
+            return False
+        at = SPACES.match(text, end + 3).end()
+    return DOCUMENT_TAG.match(text, at) is not None
 
 
 def _siblings(node: Any) -> list[Any]:
