@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .limits import TextLimit
 from .pieces import Block, Document
 
 # Phrasing elements a sentence runs through; void ones (img, wbr) sit inside it too.
@@ -33,15 +34,16 @@ SPACES = re.compile(r"\s*")
 DOCUMENT_TAG = re.compile(r"<(?:!doctype|html|head|body)[\s>/]", re.I)
 
 
-def read_html(text: str) -> Document:
-    """An HTML document or fragment (what it starts with says which) as blocks."""
+def read_html(text: str, limit: TextLimit) -> Document:
+    """An HTML document or fragment (what it starts with says which) as blocks, each counted
+    by `limit`."""
     from selectolax.lexbor import LexborHTMLParser
 
     whole = _whole(text)
     tree = LexborHTMLParser(text, is_fragment=not whole)
     top = [tree.root] if whole else _siblings(tree.root)
     runs = [run for run in _runs(top) if run]
-    blocks = [Block([_text(n, kept) for n, kept in run]) for run in runs]
+    blocks = [limit.count(Block([_text(n, kept) for n, kept in run]), "block") for run in runs]
     for block, run in zip(blocks, runs):
         block.kept |= {i for i, (_, kept) in enumerate(run) if kept}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .limits import TextLimit
 from .pieces import Block, Document
 
 _SEP = "[,.:，．。：]"  # srt's, full-width forms included
@@ -25,7 +26,7 @@ TIMING = re.compile(rf"({_TIMESTAMP}) *-[ -] *> *({_TIMESTAMP}) ?(.*)")  # and t
 NUMBER = re.compile(r"(-?\d+)(?:\.\d*)?\s*")  # a cue's number; srt reads 12.5 as 12
 
 
-def read_srt(text: str) -> Document:
+def read_srt(text: str, limit: TextLimit) -> Document:
     """The cues of an .srt file as blocks; a cue that ends before it starts is refused."""
     import srt
 
@@ -33,7 +34,7 @@ def read_srt(text: str) -> Document:
     for cue in cues:
         if cue.end < cue.start:
             raise ValueError(f"cue {cue.index}: ends ({cue.end}) before it starts ({cue.start})")
-    blocks = [Block(_lines(cue.content)) for cue in cues]
+    blocks = [limit.count(Block(_lines(cue.content)), "cue") for cue in cues]
 
     def write(found: list[list[str]]) -> bytes:
         for cue, pieces in zip(cues, found):

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from ..config import beam_holds
-from ..formats import Document, DocumentError, read_document, read_markup
+from ..formats import Document, DocumentError, DocumentTooLarge, read_document, read_markup
 from .batcher import BadRequest, Settings
 
 MAX_BEAM = 16
@@ -150,10 +150,11 @@ async def read_markups(texts: list[str], single: bool, settings: Settings) -> li
     for i, text in enumerate(texts):
         where = "q" if single else f"q[{i}]"
         try:
-            documents.append(await run_in_threadpool(read_markup, text, where))
+            documents.append(await run_in_threadpool(read_markup, text, where, settings.max_chars))
+        except DocumentTooLarge as e:
+            raise BadRequest(413, f"{e} (--max-chars)") from None
         except DocumentError as e:
             raise BadRequest(400, str(e)) from None
-        check_length(" ".join(documents[-1].units), settings, where)
     return documents
 
 
@@ -237,14 +238,13 @@ async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, 
     filename, data = fields["file"]
     name = re.sub(r"[^\w.-]", "_", Path(filename).name).lstrip(".") or "file.txt"
     try:  # in a worker thread, as read_markups
-        document = await run_in_threadpool(read_document, filename, data)
+        document = await run_in_threadpool(read_document, filename, data, settings.max_file_chars)
+    except DocumentTooLarge as e:
+        raise BadRequest(413, str(e)) from None
     except DocumentError as e:
         raise BadRequest(400, str(e)) from None
     for number, block in enumerate(document.blocks, start=1):
         check_length(block.source, settings, f"{filename}: {document.unit} {number}")
-    total, most = sum(len(block.source) for block in document.blocks), settings.max_file_chars
-    if total > most:
-        raise BadRequest(413, f"{filename}: {total:,} characters of text, at most {most:,}")
     return name, document
 
 
