@@ -23,6 +23,9 @@ DETECT_FIELDS = ("q", "api_key")
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
 TEXT_FORMATS = ("text", "html")  # /translate's `format`
+MAX_GLOSSARY = 1000  # entries of a request's glossary
+MAX_TERM = 100  # characters of a glossary's source term (a target term too long to fit in
+# a translation is refused by the constraints, 400 too)
 MAX_PARTS = 8  # of a multipart body: /translate_file has 4 fields
 MAX_PART_HEADER = 2048  # bytes: a field's name, a file's name (255 characters) and its type
 HEADER_END = re.compile(rb"\A\r?\n|\r?\n\r?\n")  # a part's header ends: none, or a blank line
@@ -98,10 +101,15 @@ def parse_glossary(fields: dict[str, Any], texts: list[str]) -> list[list[str]] 
             400,
             f"glossary: expected an object of source terms to target terms, got {_kind(glossary)}",
         )
+    if len(glossary) > MAX_GLOSSARY:
+        raise BadRequest(400, f"glossary: {len(glossary):,} entries, at most {MAX_GLOSSARY:,}")
     folded: dict[str, str] = {}
     for source, target in glossary.items():
         if not source.strip() or not target.strip():
             raise BadRequest(400, f"glossary: {source!r}: {target!r}: an empty term")
+        if len(source) > MAX_TERM:  # the matching walks a text as deep as its longest term
+            where = f"glossary: {source[:20]!r}..."
+            raise BadRequest(400, f"{where}: {len(source):,} characters, at most {MAX_TERM}")
         if folded.setdefault(source.lower(), target) != target:
             raise BadRequest(400, f"glossary: conflicting constraints for {source!r}")
     return glossary_terms(folded, texts)
