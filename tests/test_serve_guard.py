@@ -39,7 +39,7 @@ def keyed(model):
         yield address, service
 
 
-def test_api_keys_403_without_200_with_429_past_the_limit(keyed, capfd):
+def test_api_keys_403_without_200_with_429_past_the_limit(keyed, access_log):
     address, _ = keyed
     status, answer, _ = call(address, "/translate", {"q": "Hello."})
     assert (status, answer) == (403, {"error": "API key required (api_key)"})
@@ -58,7 +58,8 @@ def test_api_keys_403_without_200_with_429_past_the_limit(keyed, capfd):
     assert call(address, "/health")[0] == call(address, "/languages")[0] == 200  # no key needed
     settings = call(address, "/frontend/settings")[1]
     assert settings["apiKeys"] is settings["keyRequired"] is True
-    assert KEY not in capfd.readouterr().err  # never logged
+    assert logged(access_log, "/frontend/settings")
+    assert not [line for line in access_log if KEY in line]  # never logged
 
 
 def test_libretranslate_clients_and_the_page_work_with_a_key(keyed, tmp_path):
@@ -186,13 +187,20 @@ def test_nothing_is_decoded_for_a_client_that_left(model):
         assert not set(SENTENCES[1:]) & set(seen)
 
 
-def log_until(capfd, text: str) -> str:
-    """The server's log from now until a line with `text` (written after its answer)."""
-    err, deadline = "", time.monotonic() + 10
-    while text not in err and time.monotonic() < deadline:
+@pytest.fixture
+def access_log(monkeypatch) -> list[str]:
+    """The access log's lines from now on (they are written after each answer)."""
+    lines: list[str] = []
+    monkeypatch.setattr(serve_app, "log", lines.append)
+    return lines
+
+
+def logged(lines: list[str], text: str) -> str:
+    """The first line of `lines` with `text`, once the server has written it."""
+    deadline = time.monotonic() + 10
+    while not any(text in line for line in lines) and time.monotonic() < deadline:
         time.sleep(0.02)
-        err += capfd.readouterr().err
-    return err
+    return next((line for line in lines if text in line), "")
 
 
 def raw_request(address: str, data: bytes, wait: float = 0) -> bytes:
@@ -224,7 +232,7 @@ def test_the_head_is_bounded_in_size_and_time_and_the_body_in_time(server, monke
     assert call(address, "/health")[0] == 200
 
 
-def test_no_path_no_host_header_and_escaped_logs(server, model, capfd):
+def test_no_path_no_host_header_and_escaped_logs(server, model, access_log):
     address, _ = server
     _, info, _ = call(address, "/info")
     text = json.dumps(info)
@@ -237,15 +245,14 @@ def test_no_path_no_host_header_and_escaped_logs(server, model, capfd):
     )
     url = json.loads(connection.getresponse().read())["translatedFileUrl"]
     assert url.startswith("/download_file/") and "evil" not in url
-    capfd.readouterr()
     connection.request("GET", "/x%0a12:00:00%20mt%20serve:%20forged%1b[31m", headers={})
     connection.getresponse().read()
     connection.close()
-    (line,) = [x for x in log_until(capfd, "forged").splitlines() if "forged" in x]
+    line = logged(access_log, "forged")
     assert '"GET /x\\n12:00:00 mt serve: forged\\x1b[31m" 404' in line
 
 
-def test_public_url_and_trusted_proxies(model, capfd):
+def test_public_url_and_trusted_proxies(model, access_log):
     with serving(
         loader(model), public_url="https://mt.example.org/", trusted_proxies="127.0.0.1"
     ) as (
@@ -260,20 +267,19 @@ def test_public_url_and_trusted_proxies(model, capfd):
             f"http://{address}/health", headers={"X-Forwarded-For": "203.0.113.7"}
         )
         urllib.request.urlopen(request).read()
-    assert '203.0.113.7:0 "GET /health" 200' in log_until(capfd, "203.0.113.7")
+    assert '203.0.113.7:0 "GET /health" 200' in logged(access_log, "203.0.113.7")
 
 
-def test_x_forwarded_for_is_not_believed_by_default_and_headers_are_set(server, capfd):
+def test_x_forwarded_for_is_not_believed_by_default_and_headers_are_set(server, access_log):
     address, _ = server
-    capfd.readouterr()
     request = urllib.request.Request(
         f"http://{address}/health", headers={"X-Forwarded-For": "203.0.113.7"}
     )
     with urllib.request.urlopen(request) as answer:
         assert answer.headers["x-content-type-options"] == "nosniff"
         assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
-    err = capfd.readouterr().err
-    assert "203.0.113.7" not in err and "127.0.0.1:" in err
+    line = logged(access_log, "GET /health")
+    assert "203.0.113.7" not in line and line.startswith("127.0.0.1:")
     with urllib.request.urlopen(f"http://{address}/") as page:
         policy = page.headers["content-security-policy"]
     assert "script-src 'sha256-" in policy and "frame-ancestors 'none'" in policy
