@@ -30,7 +30,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
-from . import marian
+from . import from_marian
 from .config import Config
 from .config_file import config_from_dict
 from .data.tokenizer import tokenizer_from_str
@@ -215,10 +215,10 @@ def meta_json(meta: dict[str, str], key: str, file: Path) -> Any:
 def load_weights(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """State dict (aliases of tied parameters restored) and metadata of a weights file; a
     Marian folder's weights under our names."""
-    if marian.marian_folder(path):
-        config = marian.marian_config(path)
-        state = marian.read_state(path)
-        return marian.to_ours(state, config.model, path, config.tokenizer.joint), {"step": "0"}
+    if from_marian.marian_folder(path):
+        config = from_marian.marian_config(path)
+        state = from_marian.read_state(path)
+        return from_marian.to_ours(state, config.model, path, config.tokenizer.joint), {"step": "0"}
     meta = read_metadata(path)
     try:
         tensors = load_file(str(path))
@@ -244,15 +244,15 @@ def read_metadata(path: Path) -> dict[str, str]:
 def read_config(path: str | Path) -> Config:
     """The config a checkpoint (anything `resolve` accepts) was trained with."""
     file = resolve(path)
-    if marian.marian_folder(file):
-        return marian.marian_config(file)
+    if from_marian.marian_folder(file):
+        return from_marian.marian_config(file)
     return config_from_dict(meta_json(read_metadata(file), "config", file), f"{file} (config)")
 
 
 def resolve(path: str | Path) -> Path:
     """The weights file of a run folder (best, else last), a checkpoint folder or a file; a
-    Marian folder or Hub id (mt.marian): its folder."""
-    folder = marian.marian_folder(path)
+    Marian folder or Hub id (mt.from_marian): its folder."""
+    folder = from_marian.marian_folder(path)
     if folder is not None:
         return folder
     path = Path(path)
@@ -272,8 +272,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
     from .model import Transformer
 
     file = resolve(path)
-    if marian.marian_folder(file):
-        return Loaded(*marian.load_marian(file, device), file, {"step": "0"})
+    if from_marian.marian_folder(file):
+        return Loaded(*from_marian.load_marian(file, device), file, {"step": "0"})
     state, meta = load_weights(file)
     config = read_config(file)
     src_tok, tgt_tok = read_tokenizers(file, meta)
@@ -297,8 +297,8 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
 def read_tokenizers(file: Path, meta: dict[str, str] | None = None) -> tuple[Tokenizer, Tokenizer]:
     """The source and target tokenizers a weights file (a Marian folder: its own) was
     trained with."""
-    if marian.marian_folder(file):
-        return marian.read_tokenizers(file)
+    if from_marian.marian_folder(file):
+        return from_marian.read_tokenizers(file)
     meta = read_metadata(file) if meta is None else meta
     try:
         return tuple(tokenizer_from_str(meta[f"{side}_tokenizer"]) for side in ("src", "tgt"))

@@ -119,6 +119,10 @@ def _check_decode(d: DecodeConfig, fail: Fail) -> None:
     if not 0 < d.top_p <= 1:
         fail("decode.top_p", f"must be in (0, 1], got {d.top_p}")
     _non_negative(fail, "decode.", d, "top_k")
+    if not d.sampling:  # what only sampling reads, refused where search would ignore it
+        for key, default in (("temperature", 1.0), ("top_k", 0), ("top_p", 1.0)):
+            if getattr(d, key) != default:
+                fail(f"decode.{key}", "applies to decode.sampling only, which is false")
 
 
 def _check_data(config: Config, fail: Fail, check_files: bool) -> None:
@@ -171,7 +175,7 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
             fail(key, f"tag: {tag} is a special token")
         for name in set(entry) - optional:
             if not isinstance(entry[name], str):
-                fail(key, f"{name}: expected a file name, got {_describe(entry[name])}")
+                fail(key, f"{name}: expected a file name, got {describe(entry[name])}")
         files = [entry[name] for name in sorted(set(entry) - optional)]
     else:
         files = [entry]
@@ -243,5 +247,6 @@ def check_training_stops(config: Config, origin: str) -> None:
         )
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """A value as a message names it: its type and repr ("nothing" for None)."""
     return f"{type(value).__name__} {value!r}" if value is not None else "nothing"

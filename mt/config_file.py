@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from .config import Config, DecodeConfig
-from .config_checks import _describe, check_config
+from .config_checks import check_config, describe
 from .errors import ConfigError, one_line
 
 PACKAGED_CONFIGS = Path(__file__).parent / "configs"
@@ -61,7 +61,7 @@ def decoding_config(
         path = find_config_file(path)
         section = _read_yaml(path).get("decode") or {}
         if not isinstance(section, dict):
-            raise ConfigError(f"{path}: decode: expected a mapping, got {_describe(section)}")
+            raise ConfigError(f"{path}: decode: expected a mapping, got {describe(section)}")
         merged = {**dataclasses.asdict(config.decode), **section}
         config.decode = _build(DecodeConfig, merged, str(path), "decode.")
     for item in overrides:
@@ -148,7 +148,7 @@ def _build(cls: type, raw: Any, origin: str, prefix: str) -> Any:
     """Instantiate dataclass `cls` from a mapping, checking keys and types."""
     section = prefix.rstrip(".") or "top level"
     if not isinstance(raw, dict):
-        raise ConfigError(f"{origin}: {section}: expected a mapping, got {_describe(raw)}")
+        raise ConfigError(f"{origin}: {section}: expected a mapping, got {describe(raw)}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     values = {}
@@ -182,7 +182,7 @@ def _convert(hint: Any, value: Any, origin: str, key: str) -> Any:
         )
     if origin_type is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{origin}: {key}: expected a mapping, got {_describe(value)}")
+            raise ConfigError(f"{origin}: {key}: expected a mapping, got {describe(value)}")
         return {str(k): _convert(args[1], v, origin, f"{key}.{k}") for k, v in value.items()}
     if hint is Any:
         return value
@@ -196,21 +196,21 @@ def _convert(hint: Any, value: Any, origin: str, key: str) -> Any:
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{origin}: {key}: expected true or false, got {_describe(value)}")
+            raise ConfigError(f"{origin}: {key}: expected true or false, got {describe(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{origin}: {key}: expected an integer, got {_describe(value)}")
+            raise ConfigError(f"{origin}: {key}: expected an integer, got {describe(value)}")
         return value
     if hint is float:
         if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", value):
             value = float(value)  # YAML 1.1 reads 1e-3 and 1.0e3 as text, not as numbers
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{origin}: {key}: expected a number, got {_describe(value)}")
+            raise ConfigError(f"{origin}: {key}: expected a number, got {describe(value)}")
         return float(value)
     if hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{origin}: {key}: expected a string, got {_describe(value)}")
+            raise ConfigError(f"{origin}: {key}: expected a string, got {describe(value)}")
         return str(value)
     raise TypeError(f"unsupported config type {hint}")  # a bug in this module, not in the YAML
 

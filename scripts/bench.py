@@ -215,7 +215,7 @@ def plot_budget(results: dict) -> Path | None:
     runs = budget_runs(results)
     if len(runs) < 2:
         return None
-    from mt.training.plot import figure, save_png
+    from mt.figures import figure, save_png
 
     fig = figure(figsize=(6, 4), dpi=100, layout="constrained")
     ax = fig.subplots()

@@ -95,12 +95,12 @@ def base_sized(trained: Path, folder: Path) -> Path:
 
 
 def bench(name: str, file: Path, folder: Path, args: argparse.Namespace, sentences: int) -> dict:
-    from mt.converters import ctranslate2 as export
+    from mt.export.to_ctranslate2 import to_ctranslate2
 
     paths = {"torch": file}
     sizes = {"torch": file.stat().st_size}
     for quantization in ("float32", "int8"):
-        out = export.export(file, folder / f"{name}-{quantization}", quantization=quantization)
+        out = to_ctranslate2(file, folder / f"{name}-{quantization}", quantization=quantization)
         paths[f"ct2-{quantization}"] = out
         sizes[f"ct2-{quantization}"] = (out / "model.bin").stat().st_size
     found = {

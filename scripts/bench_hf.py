@@ -7,7 +7,7 @@ speeds are medians, so that a loaded machine weighs on all alike; compare ratios
 in float32 (on a CPU with AMX its default is bf16) so that the exports, float32, can match
 it exactly. mt and CT2 search with the run's rules (`mt translate --beam 1`, `mt evaluate
 --beam 5`); transformers with what the export's generation_config.json says (the nearest
-transformers' options come to those rules, mt.converters.marian), num_beams aside. Greedy
+transformers' options come to those rules, mt.export.to_marian), num_beams aside. Greedy
 also runs mt with the export's single length limit (decode.max_len_a 0, max_len_b its
 max_length less EOS and the decoder's start), which isolates what our per-source limit
 changes. `--transformers4 PATH`:
@@ -138,19 +138,19 @@ def main() -> None:
     import transformers
 
     from mt import checkpoint
-    from mt.converters import ctranslate2 as ct2_export
-    from mt.converters.marian import export_hf
     from mt.data.corpus import read_pairs_jsonl
     from mt.decoding.engine import open_translator
     from mt.decoding.evaluate import bleu_chrf
+    from mt.export.to_ctranslate2 import to_ctranslate2
+    from mt.export.to_marian import to_marian
 
     torch.set_num_threads(args.threads)
     config = checkpoint.read_config(args.checkpoint)
     pairs = read_pairs_jsonl(args.pairs, "en", "es")[: args.sentences or None]
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
     tmp = Path(tempfile.mkdtemp(prefix="bench-hf-"))
-    hf = export_hf(args.checkpoint, tmp / "hf")
-    ct2 = ct2_export.export(args.checkpoint, tmp / "ct2")
+    hf = to_marian(args.checkpoint, tmp / "hf")
+    ct2 = to_ctranslate2(args.checkpoint, tmp / "ct2")
     generation = json.loads((hf / "generation_config.json").read_text())
     versions = {"transformers": transformers.__version__}
 

@@ -114,6 +114,7 @@ def test_a_translation_of_a_line_is_one_line(cli_main, run_dir, tmp_path):  # no
         (["--set", "decode.top_p=0"], "decode.top_p: must be in (0, 1], got 0.0"),
         (["--set", "decode.top_p=1.5"], "decode.top_p: must be in (0, 1], got 1.5"),
         (["--set", "decode.top_k=-2"], "decode.top_k: must not be negative"),
+        (["--set", "decode.top_p=0.9"], "decode.top_p: applies to decode.sampling only"),
         (["--prefix", "muy " * 60], "its prefix has"),
     ],
 )
@@ -217,14 +218,27 @@ def test_bad_constraints_exit_2(cli_main, run_dir, tmp_path, content, option, me
     assert len(err.strip().splitlines()) == 1
 
 
-def test_constraints_with_sampling_are_refused(cli_main, run_dir, tmp_path):  # noqa: F811
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("decode.sampling=true", "constraints need beam search"),
+        ("decode.rules=transformers", "not decode.rules transformers"),
+    ],
+)
+def test_constraints_with_sampling_or_transformers_rules_are_refused(
+    cli_main,
+    run_dir,  # noqa: F811
+    tmp_path,
+    key,
+    message,
+):
     terms = tmp_path / "terms.tsv"
     terms.write_text("perro\n", encoding="utf-8")
     code, out, err = cli_main(
         "translate", "--checkpoint", str(run_dir), "--constraints", str(terms),
-        "--set", "decode.sampling=true", "Hello.",
+        "--set", key, "Hello.",
     )  # fmt: skip
-    assert code == 2 and "constraints need beam search" in err and not out, err
+    assert code == 2 and message in err and not out and len(err.splitlines()) == 1, err
 
 
 def test_a_text_cut_into_pieces_keeps_the_numbers_and_terms_of_the_texts(

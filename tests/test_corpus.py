@@ -181,7 +181,7 @@ def test_the_scan_dedups_and_cuts_as_one_sort_of_all_its_hashes_would(monkeypatc
         hi = int(hashes[at + size])
         cut[name], lo, at = (lo, hi), hi, int(np.searchsorted(hashes, hi))
     assert scan.held_out_ranges(scanned, sizes) == cut
-    assert scan.decide(scanned, cut).dtype == np.uint8  # a byte a pair
+    assert scan.split_codes(scanned, cut).dtype == np.uint8  # a byte a pair
 
 
 def test_a_store_without_token_counts_counts_its_tokens_and_damaged_ones_rebuild(tmp_path):

@@ -4,6 +4,7 @@ GPU plan (a static cache, few looks by the host) against the CPU one, and its ho
 batches split when memory runs out."""
 
 import copy
+import dataclasses
 import itertools
 import math
 from types import SimpleNamespace
@@ -24,14 +25,10 @@ from conftest import (
 import mt.decoding.translate
 from mt.config import DecodeConfig, ModelConfig
 from mt.data.tokenizer import BOS, EOS, PAD
-from mt.decoding.search import (
-    Plan,
-    beam_search,
-    best_extensions,
-    greedy,
-    length_penalty,
-    max_output_lengths,
-)
+from mt.decoding.beam import beam_search, best_extensions
+from mt.decoding.constraints import Constraints, constrained_beam_search
+from mt.decoding.sampling import sample
+from mt.decoding.search import Plan, greedy, length_penalty, max_output_lengths
 from mt.decoding.translate import translate_ids
 from mt.errors import MtError
 
@@ -168,8 +165,15 @@ def test_no_repeat_ngram(n):
     assert (
         sum(repeats(h[0].tokens) for h in beam_search(model, src, DecodeConfig(beam=3))) > 0
     )  # not vacuous
-    for nbest in beam_search(model, src, DecodeConfig(beam=3, nbest=3, no_repeat_ngram=n)):
-        assert all(repeats(h.tokens) == 0 for h in nbest)
+    cfg = DecodeConfig(beam=3, nbest=3, no_repeat_ngram=n)
+    sampled = dataclasses.replace(cfg, sampling=True)
+    constraints = [Constraints([[[7]]])] * len(src)  # met, or else beam search's output
+    for found in (
+        beam_search(model, src, cfg),
+        sample(model, src, sampled, torch.Generator().manual_seed(n)),
+        constrained_beam_search(model, src, cfg, constraints),
+    ):  # one loop bans them for every strategy
+        assert all(repeats(h.tokens) == 0 for nbest in found for h in nbest)
 
 
 def test_output_lengths_are_limited():

@@ -12,16 +12,17 @@ from test_model import pad, tiny_model
 
 from mt.config import DecodeConfig
 from mt.data.tokenizer import BOS, EOS, PAD
+from mt.decoding.beam import beam_search
 from mt.decoding.constraints import (
     Constraints,
-    Progress,
+    TermProgress,
     constrained_beam_search,
     encode_constraints,
 )
 from mt.decoding.ensemble import Ensemble
 from mt.decoding.sampling import allowed, sample
 from mt.decoding.scoring import score_ids
-from mt.decoding.search import Plan, beam_search, greedy, length_penalty, max_output_lengths
+from mt.decoding.search import Plan, greedy, length_penalty, max_output_lengths
 from mt.decoding.translate import translate_ids
 from mt.errors import MtError
 
@@ -176,8 +177,8 @@ def test_constrained_outputs_contain_their_terms_batched_with_free_sentences(whi
     src = src[:6]
     cfg = DecodeConfig(beam=4, nbest=2, alpha=0.6)
     terms = [[[7, 8]], None, [[9], [10, 11]], [[12]], None, [[13, 14, 15]]]
-    rules = [None if t is None else Constraints([[p] for p in t]) for t in terms]
-    found = constrained_beam_search(model, src, cfg, rules)
+    constraints = [None if t is None else Constraints([[p] for p in t]) for t in terms]
+    found = constrained_beam_search(model, src, cfg, constraints)
     free = beam_search(model, src, cfg)
     for i, (phrases, hyps) in enumerate(zip(terms, found)):
         assert hyps
@@ -187,15 +188,15 @@ def test_constrained_outputs_contain_their_terms_batched_with_free_sentences(whi
         assert [h.logprob for h in hyps] == pytest.approx(expected, abs=1e-4)
         if phrases is None:  # a sentence without constraints is searched as beam search does
             assert [h.tokens for h in hyps][:1] == [h.tokens for h in free[i]][:1]
-        alone = constrained_beam_search(model, src[i : i + 1], cfg, rules[i : i + 1])[0]
+        alone = constrained_beam_search(model, src[i : i + 1], cfg, constraints[i : i + 1])[0]
         assert [h.tokens for h in alone] == [h.tokens for h in hyps]
 
 
 def test_a_constraint_the_best_output_meets_changes_nothing():
     model, src, targets = trained()
     cfg = DecodeConfig(beam=4, alpha=0.6)
-    rules = [Constraints([[[t[len(t) // 2]]]]) for t in targets]
-    assert [h[0].tokens for h in constrained_beam_search(model, src, cfg, rules)] == targets
+    constraints = [Constraints([[[t[len(t) // 2]]]]) for t in targets]
+    assert [h[0].tokens for h in constrained_beam_search(model, src, cfg, constraints)] == targets
 
 
 def test_constraints_that_cannot_be_are_refused():
@@ -211,8 +212,8 @@ def test_constraints_that_cannot_be_are_refused():
 
 
 def test_a_term_is_begun_as_written_first_and_after_a_space_after_a_word():
-    rules = Constraints([[[5], [6]]], word_final=frozenset({9}), space_initial=frozenset({6}))
-    assert rules.next_tokens(Progress(), None) == {5}  # the output's start: as written
-    assert rules.next_tokens(Progress(), 9) == {6}  # after a word: after a space
-    assert rules.next_tokens(Progress(), 10) == {5, 6}  # after "¿" or "(": either
-    assert rules.next_tokens(rules.advance(Progress(), 6), 10) == set()  # met
+    constraints = Constraints([[[5], [6]]], word_final=frozenset({9}), space_initial=frozenset({6}))
+    assert constraints.next_tokens(TermProgress(), None) == {5}  # the output's start: as written
+    assert constraints.next_tokens(TermProgress(), 9) == {6}  # after a word: after a space
+    assert constraints.next_tokens(TermProgress(), 10) == {5, 6}  # after "¿" or "(": either
+    assert constraints.next_tokens(constraints.advance(TermProgress(), 6), 10) == set()  # met

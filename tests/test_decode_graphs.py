@@ -17,8 +17,9 @@ from torch.utils._pytree import tree_leaves, tree_map
 import mt.decoding.translate
 from mt.config import DecodeConfig
 from mt.data.tokenizer import PAD
+from mt.decoding.beam import beam_search
 from mt.decoding.graphs import GRAPHS, Graphs, bucket, out_of_memory_in
-from mt.decoding.search import Plan, beam_search, greedy, max_output_lengths
+from mt.decoding.search import Plan, greedy, max_output_lengths
 from mt.decoding.translate import translate_ids
 
 GRAPH = Plan(check_every=8, static=True, buckets=True, graph=True)  # plan_for's on CUDA

@@ -20,10 +20,10 @@ from conftest import (
 
 from mt import checkpoint
 from mt.config_file import load_config
-from mt.converters import ctranslate2 as export
 from mt.data.corpus import read_pairs_jsonl
 from mt.decoding import ct2
 from mt.decoding.translate import translate_nbest
+from mt.export import to_ctranslate2 as export
 from mt.training.trainer import train
 
 pytest.importorskip("ctranslate2")
@@ -68,7 +68,7 @@ def tatoeba(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[
         )
     )
     pairs = read_pairs_jsonl(run / "data" / "test.jsonl", "src", "tgt")[:300]
-    out = export.export(run, tmp / "ct2-float32")
+    out = export.to_ctranslate2(run, tmp / "ct2-float32")
     return run, out, [s for s, _ in pairs], [r for _, r in pairs]
 
 
@@ -151,7 +151,7 @@ def test_export_folder_holds_model_tokenizers_and_manifest(tiny_run, cli_main, t
 
 def test_translate_engines(tiny_run, cli_main, tmp_path):
     out = tmp_path / "ct2"
-    export.export(tiny_run, out)
+    export.to_ctranslate2(tiny_run, out)
     texts = ["Where is the station?", "I love you.", "The dog barks at night."]
     torch_out = cli_main("translate", "--checkpoint", str(tiny_run), "--beam", "1", *texts)
     for engine in ("auto", "ctranslate2"):
@@ -182,7 +182,7 @@ def test_readme_snippet_outside_mt(tiny_run, tmp_path):
     import ctranslate2
     from tokenizers import Tokenizer
 
-    folder = export.export(tiny_run, tmp_path / "ct2")
+    folder = export.to_ctranslate2(tiny_run, tmp_path / "ct2")
     texts = ["Where is the station?", "I love you."]
     # --- as in README.md
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -205,6 +205,10 @@ def test_readme_snippet_outside_mt(tiny_run, tmp_path):
         (["{run}", "--out", "{out}", "--format", "onnx"], "--format onnx: unknown"),
         (["{run}", "--out", "{out}", "--quantization", "int4"], "--quantization int4: unknown"),
         (["{run}", "--out", "{existing}"], "already exists (pass --force"),
+        (
+            ["{run}", "--out", "{out}", "--format", "hf", "--quantization", "int8"],
+            "--quantization: not an option of --format hf",
+        ),
     ],
 )
 def test_bad_exports_exit_2_and_leave_nothing(cli_main, tiny_run, tmp_path, args, message):
@@ -230,7 +234,7 @@ def test_a_config_ct2_cannot_express_is_refused(cli_main, tiny_run, tmp_path, mo
 
 def test_force_replaces_an_existing_export(cli_main, tiny_run, tmp_path):
     out = tmp_path / "ct2"
-    export.export(tiny_run, out, quantization="int8")
+    export.to_ctranslate2(tiny_run, out, quantization="int8")
     code, _, err = cli_main("export", str(tiny_run), "--out", str(out), "--force")
     assert code == 0, err
     assert json.loads((out / "mt.json").read_text())["quantization"] == "float32"
@@ -249,7 +253,7 @@ def test_missing_ctranslate2_is_one_line(cli_main, tiny_run, tmp_path, monkeypat
 def test_core_does_not_import_ctranslate2():
     import subprocess
 
-    modules = "mt.cli, mt.decoding.translate, mt.decoding.ct2, mt.converters.ctranslate2"
+    modules = "mt.cli, mt.decoding.translate, mt.decoding.ct2, mt.export"
     code = f"import {modules}, sys; print('ctranslate2' in sys.modules)"
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert found.stdout.strip() == "False", found.stderr
@@ -257,7 +261,7 @@ def test_core_does_not_import_ctranslate2():
 
 @pytest.fixture(scope="module")
 def tiny_export(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export.export(tiny_run, tmp_path_factory.mktemp("ct2") / "ct2")
+    return export.to_ctranslate2(tiny_run, tmp_path_factory.mktemp("ct2") / "ct2")
 
 
 TEXTS = ["Where is the station?", "I love you.", "The dog barks at night."]

@@ -15,8 +15,8 @@ from test_train import tiny_config
 
 from mt import checkpoint as ckpt
 from mt.config import Config, DecodeConfig
-from mt.converters.marian import TYPICAL_LENGTH, search_options, unsupported, validation_lengths
 from mt.decoding.engine import open_translator
+from mt.export.to_marian import TYPICAL_LENGTH, search_options, unsupported, validation_lengths
 from mt.training.trainer import train
 
 transformers = pytest.importorskip("transformers")
@@ -106,12 +106,14 @@ def test_an_existing_folder_is_refused_without_force(tiny_run, tmp_path, cli_mai
 
 def test_what_marian_cannot_hold_is_named():
     config = Config()
-    assert unsupported(config) is None
+    assert unsupported(config) == []
     config.model.norm_first = True
-    assert "model.norm_first" in unsupported(config)
+    assert "model.norm_first" in unsupported(config)[0]
     config = Config()
     config.tokenizer.joint = False
-    assert "tokenizer.joint" in unsupported(config)
+    assert "tokenizer.joint" in unsupported(config)[0]
+    config.model.norm_first = True  # every reason at once
+    assert [r.split("=")[0] for r in unsupported(config)] == ["model.norm_first", "tokenizer.joint"]
 
 
 def test_the_generation_config_searches_as_near_to_mt_as_transformers_can(tmp_path):

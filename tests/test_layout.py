@@ -15,18 +15,27 @@ LONGEST = 450  # lines a module may have
 
 # From the bottom: what every layer shares, the data, the model and its checkpoint format,
 # decoding, text (sentences and their layout around decoding), training (which validates by
-# decoding), the converters and the server, and the command line on top. A module may
+# decoding), the exporters and the server, and the command line on top. A module may
 # import from its own layer and those below it.
 LAYERS = [
-    {"mt", "mt.errors", "mt.messages", "mt.files", "mt.run_folder", "mt.device", "mt.config"},
+    {
+        "mt",
+        "mt.errors",
+        "mt.messages",
+        "mt.files",
+        "mt.figures",
+        "mt.run_folder",
+        "mt.device",
+        "mt.config",
+    },
     {"mt.config_checks", "mt.config_file"},
     {"mt.data"},
-    {"mt.model", "mt.packed_attention", "mt.checkpoint", "mt.marian"},
+    {"mt.model", "mt.packed_attention", "mt.checkpoint", "mt.from_marian"},
     {"mt.decoding"},
     {"mt.text"},
     {"mt.formats"},
     {"mt.training"},
-    {"mt.converters", "mt.serve"},
+    {"mt.export", "mt.serve"},
     {"mt.cli", "mt.__main__"},
 ]
 

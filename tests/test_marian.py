@@ -16,8 +16,9 @@ from conftest import FLORES, TATOEBA_TEST, read_pairs
 from mt import checkpoint as ckpt
 from mt.config import DecodeConfig
 from mt.data import tokenizer as tok
+from mt.decoding.beam import beam_search
 from mt.decoding.engine import open_translator
-from mt.decoding.search import beam_search, greedy
+from mt.decoding.search import greedy
 from mt.errors import ConfigError
 
 transformers = pytest.importorskip("transformers")

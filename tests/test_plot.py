@@ -13,14 +13,16 @@ import pytest
 import torch
 from conftest import PAIRS, metric_lines, tiny_config, write_jsonl
 
+import mt.decoding.attention
 import mt.training.plot
 from mt import checkpoint
 from mt.data.tokenizer import BOS, EOS
+from mt.decoding.attention import _labels, plot_attention
 from mt.decoding.engine import open_translator
 from mt.decoding.pieces import source_pieces
 from mt.decoding.translate import translate_ids
 from mt.model import max_sentence_tokens
-from mt.training.plot import _labels, plot_attention, plot_run
+from mt.training.plot import plot_run
 from mt.training.trainer import train
 
 try:
@@ -55,7 +57,8 @@ def png_size(path: Path) -> tuple[int, int]:
 def drawn(monkeypatch: pytest.MonkeyPatch) -> list:
     """The figures the plots draw, kept instead of saved."""
     figures: list = []
-    monkeypatch.setattr(mt.training.plot, "save_png", lambda fig, out: figures.append(fig) or out)
+    for module in (mt.training.plot, mt.decoding.attention):
+        monkeypatch.setattr(module, "save_png", lambda fig, out: figures.append(fig) or out)
     return figures
 
 

@@ -475,10 +475,10 @@ def test_loading_and_busy_answer_503_with_retry_after(model):
 
 def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
     pytest.importorskip("ctranslate2")
-    from mt.converters import ctranslate2 as export
     from mt.decoding import ct2
+    from mt.export.to_ctranslate2 import to_ctranslate2
 
-    folder = export.export(model, tmp_path / "ct2")
+    folder = to_ctranslate2(model, tmp_path / "ct2")
     with serving(lambda: open_translator(folder, device="cpu")) as served:
         address, service = served
         wait_ready(address)

@@ -9,7 +9,7 @@ from itertools import chain
 
 import pytest
 
-from mt.decoding.pieces import cut, fitted_pairs, join_nbest, not_exact
+from mt.decoding.pieces import fitted_pairs, join_nbest, not_exact, split_at_breaks
 from mt.text import Layout, Layouts, split_sentences, translate_texts, translate_texts_nbest
 
 TEXTS = [
@@ -138,17 +138,17 @@ def test_a_long_input_is_cut_at_its_best_breaks_into_pieces_that_fit():
     # a sentence end before 9, a comma before 5 and 14, word starts every other token
     strength = [0 if i % 2 else 1 for i in range(20)]
     strength[0], strength[5], strength[9], strength[14] = 0, 2, 4, 2
-    pieces = cut(ids, 10, strength)
+    pieces = split_at_breaks(ids, 10, strength)
     assert [p[0] for p in pieces] == [0, 9, 14] and list(chain(*pieces)) == ids
-    assert cut(ids, 20, strength) == [ids]
+    assert split_at_breaks(ids, 20, strength) == [ids]
     # no punctuation: a window between words, near an even cut
     words = [0 if i % 2 else 1 for i in range(20)]
     words[0] = 0
-    pieces = cut(ids, 8, words)
+    pieces = split_at_breaks(ids, 8, words)
     assert all(len(p) <= 8 for p in pieces) and list(chain(*pieces)) == ids
     assert all(words[p[0]] for p in pieces[1:])
     # no break at all: windows all the same
-    pieces = cut(ids, 7, [0] * 20)
+    pieces = split_at_breaks(ids, 7, [0] * 20)
     assert all(len(p) <= 7 for p in pieces) and list(chain(*pieces)) == ids
 
 

@@ -1,6 +1,7 @@
 """The `mt` command line: `prepare`, `train`, `average` and `plot` make a model
 (mt.cli.training); `translate`, `evaluate`, `score` and `attention` decode with one
-(mt.cli.decoding); `export` and `serve` put one to work elsewhere (mt.cli.serving).
+(mt.cli.decoding); `export` writes one for another runtime (mt.cli.export) and `serve` puts
+one to work (mt.cli.serving).
 
 Every command takes `--config FILE` and `--set section.key=value` overrides. Errors a person
 can fix print one line on stderr and exit non-zero, by kind (mt.errors): 2 for usage,
@@ -18,7 +19,7 @@ import typer
 
 from ..errors import MtError
 from ..messages import say
-from . import decoding, serving, training  # noqa: F401  (their commands join the app)
+from . import decoding, export, serving, training  # noqa: F401  (their commands join the app)
 from .app import app
 
 

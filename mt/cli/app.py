@@ -41,5 +41,6 @@ def _main(
     """English→Spanish neural machine translation with the Transformer."""
 
 
-def _config(config: str, overrides: list[str] | None) -> Config:
+def config_of(config: str, overrides: list[str] | None) -> Config:
+    """The config a command's --config and --set name."""
     return load_config(config, overrides or [])

@@ -17,7 +17,7 @@ from .app import app
 from .documents import input_documents, write_documents
 
 
-def _open(
+def open_translator_for(
     checkpoint: str | None,
     config: str | None,
     overrides: list[str] | None,
@@ -167,7 +167,9 @@ def translate_command(
         raise ConfigError("--prefix, --constraints and --glossary are for text, not documents")
     first, *others = checkpoint or [None]
     options = dict(beam=beam, nbest=nbest, batch_tokens=batch_tokens, seed=seed)
-    translator = _open(first, config, set_, device, engine, threads, others, **options)
+    translator = open_translator_for(
+        first, config, set_, device, engine, threads, others, **options
+    )
     if documents:
         write_documents(translator, documents, out, split_sentences)
         return
@@ -189,7 +191,7 @@ def translate_command(
 def _input_lines(texts: list[str] | None, file: str | None) -> tuple[list[str], bool]:
     """The sentences to translate, and whether to prompt for them instead (no input given,
     stdin a terminal)."""
-    from ..data.corpus import read_lines
+    from ..data.text_input import read_lines
 
     if texts and file:
         raise ConfigError("give sentences as arguments or --file, not both")
@@ -305,7 +307,9 @@ def evaluate_command(
         )
 
     options = dict(beam=beam, batch_tokens=batch_tokens, seed=seed)
-    translator = _open(checkpoint, config, set_, device, engine, threads, ensemble, **options)
+    translator = open_translator_for(
+        checkpoint, config, set_, device, engine, threads, ensemble, **options
+    )
     # an exported folder evaluates on the split of the run it was exported from
     found = evaluation_set(translator.run_dir, translator.config, split, pairs, src, ref)
     given = significance.read_hypotheses(hyp or [], len(found[1]))
@@ -317,7 +321,7 @@ def evaluate_command(
 
     result, hypotheses = evaluate(translator, *found, texts_of(translator))
     others = [
-        (path, _open(path, config, set_, device, engine, threads, **options))
+        (path, open_translator_for(path, config, set_, device, engine, threads, **options))
         for path in system or []
     ]
     decoded = [(path, evaluate(other, *found, texts_of(other))[1]) for path, other in others]
@@ -362,7 +366,7 @@ def score_command(
 
     if not Path(pairs).is_file():
         raise ConfigError(f"--pairs {pairs}: no such file")
-    translator = _open(
+    translator = open_translator_for(
         checkpoint, config, set_, device, "torch", 0, ensemble, batch_tokens=batch_tokens
     )
     found = read_pairs([pairs], translator.config.data, "--pairs")
@@ -395,9 +399,9 @@ def attention_command(
     Prints the translation on stdout and the PNG's path on stderr. Needs matplotlib:
     pip install 'mt\[plot]'.
     """
-    from ..training.plot import plot_attention
+    from ..decoding.attention import plot_attention
 
-    translator = _open(checkpoint, config, set_, device)
+    translator = open_translator_for(checkpoint, config, set_, device)
     translation, path = plot_attention(translator, sentence, out, layer=layer, kind=kind)
     typer.echo(translation)
     say(f"wrote {path}")

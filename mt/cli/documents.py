@@ -13,7 +13,7 @@ from ..errors import ConfigError
 def input_documents(texts: list[str] | None, file: str | None, fmt: str, out: str | None):
     """The documents to translate, (name, Document) each, read before the model loads: a
     --file of a markup format or --format html; none for plain text."""
-    from ..data.corpus import read_lines
+    from ..data.text_input import read_lines
     from ..formats import FILE_FORMATS, read_document, read_markup
 
     documents = set(FILE_FORMATS) - {".txt"}  # any other --file is plain text, a line a

@@ -1,16 +1,12 @@
-"""The commands that put a model to work elsewhere: `mt export` (CTranslate2, Hugging Face)
-and `mt serve` (an HTTP API and a web page)."""
+"""`mt serve`: a model put to work behind an HTTP API and a web page."""
 
 from __future__ import annotations
 
-import shlex
-import sys
 from typing import Annotated
 
 import typer
 
 from ..errors import ConfigError
-from ..messages import say
 from ..serve.batcher import (
     Settings as ServeSettings,  # its defaults are the options'; no server deps
 )
@@ -21,41 +17,8 @@ from .decoding import (
     DeviceOption,
     EngineOption,
     ThreadsOption,
-    _open,
+    open_translator_for,
 )
-
-
-@app.command(name="export")
-def export_command(
-    checkpoint: Annotated[
-        str, typer.Argument(help="Run folder (its best, else last), checkpoint folder or file.")
-    ],
-    out: Annotated[str, typer.Option(help="The folder to write.")],
-    fmt: Annotated[
-        str, typer.Option("--format", help="ctranslate2, or hf (a transformers MarianMT folder).")
-    ] = "ctranslate2",
-    quantization: Annotated[
-        str, typer.Option(help="int8, int8_float32, bfloat16, float16 or float32.")
-    ] = "float32",
-    force: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
-) -> None:
-    r"""Export a checkpoint (or mt average's output) for serving with CTranslate2, or as a
-    transformers MarianMT folder (--format hf).
-
-    The CT2 folder holds the CT2 model, the tokenizers and mt.json; mt translate and mt
-    evaluate accept it. Needs ctranslate2: pip install 'mt\[export]'. The hf folder loads with
-    AutoModelForSeq2SeqLM, AutoTokenizer and pipeline("translation"); mt opens it too. Needs
-    pip install 'mt\[hf]'.
-    """
-    from ..converters.ctranslate2 import export
-    from ..converters.marian import export_hf
-
-    command = shlex.join(["mt", *sys.argv[1:]])
-    if fmt == "hf":
-        say(f"wrote {export_hf(checkpoint, out, force)}")
-        return
-    say(f"wrote {export(checkpoint, out, fmt, quantization, force, command)}")
-
 
 # The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.
 
@@ -163,7 +126,7 @@ def serve_command(
     if public_url is not None and not public_url.startswith(("http://", "https://")):
         raise ConfigError(f"--public-url {public_url}: expected http://... or https://...")
     run(
-        lambda: _open(checkpoint, config, set_, device, engine, threads),
+        lambda: open_translator_for(checkpoint, config, set_, device, engine, threads),
         settings,
         host,
         port,

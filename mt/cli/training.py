@@ -11,7 +11,7 @@ import typer
 
 from ..errors import ConfigError
 from ..messages import say
-from .app import ConfigOption, SetOption, _config, app
+from .app import ConfigOption, SetOption, app, config_of
 
 
 @app.command()
@@ -25,7 +25,7 @@ def prepare(
     from ..data.prepare import prepare as run_prepare
     from ..training.finetune import adopt, base
 
-    cfg = _config(config, set_)
+    cfg = config_of(config, set_)
     adopt(cfg)  # train.init a Marian model: its sections are the run's, as `mt train` takes them
     prepared = run_prepare(cfg, rebuild=rebuild, base=base)
     stats = dict(prepared.stats, reused_cache=prepared.reused, run_dir=cfg.run.dir)
@@ -59,7 +59,7 @@ def train(
     from ..training.trainer import train as run_train
 
     set_ = [*(set_ or []), *([f"train.init={init}"] if init else [])]
-    cfg = _config(config, set_)
+    cfg = config_of(config, set_)
     hint = shlex.join(
         ["mt", "train", "--config", config, *(a for item in set_ for a in ("--set", item))]
     )

@@ -1,6 +1,6 @@
 """Reading corpora: every format `mt` takes, in chunks of raw pairs, so that no reader holds a
-whole corpus; and the text helpers (UTF-8 with the line at fault, normalisation) that every
-command reading sentences shares.
+whole corpus; and the normalisation every command reading sentences shares (a command's own
+text files, a line a text, are read by mt.data.text_input).
 
 A split of `data.files` is a list of corpora, each an entry of the config:
 
@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from ..config import DataConfig
 from ..errors import ConfigError, InputError, MtError, one_line
+from .text_input import decode_text
 
 SPLITS = ("train", "valid", "test")
 CHUNK = 1 << 15  # pairs read, normalised and encoded together
@@ -278,45 +279,6 @@ def read_pairs(files: list[str], cfg: DataConfig, key: str) -> list[Pair]:
         for chunk in _entry(file, cfg, key).read()
         for src, tgt in zip(*chunk)
     ]
-
-
-def read_lines(path: str, option: str) -> list[str]:
-    """The lines of a UTF-8 text file, or of stdin for "-", ended by a line feed (its CR
-    dropped) as training's aligned text, sacreBLEU and `wc -l` count them: another line
-    separator of Unicode's (U+2028, a form feed) is inside a line. An encoding error or a
-    NUL byte (a binary file, not text: refused) names the file and the line."""
-    name = "stdin" if path == "-" else f"{option} {path}"
-    if path == "-":
-        stream = sys.stdin
-        data = (
-            stream.buffer.read()
-            if hasattr(stream, "buffer")
-            else stream.read().encode("utf-8", "surrogateescape")
-        )
-    elif not Path(path).is_file():
-        raise InputError(f"{option} {path}: no such file")
-    else:
-        data = Path(path).read_bytes()
-    lines = decode_text(data, name).split("\n")
-    if lines[-1] == "":  # the last line's line feed, or an empty file
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
-def decode_text(data: bytes, name: str, line: int = 1) -> str:
-    """UTF-8 text (a byte-order mark dropped), or a one-line error naming the line at fault
-    (`data` begins at line `line` of `name`)."""
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line += data[: e.start].count(b"\n")
-        byte = e.start - data.rfind(b"\n", 0, e.start) - 1  # counted from the line's start
-        why = f"{e.reason} at byte {byte} of the line"
-        raise InputError(f"{name}:{line}: not UTF-8 text ({why})") from None
-    if "\0" in text:
-        line += text[: text.index("\0")].count("\n")
-        raise InputError(f"{name}:{line}: a NUL byte, so not a text file; refusing it")
-    return text
 
 
 def read_pairs_jsonl(path: str | Path, src_lang: str, tgt_lang: str) -> list[Pair]:

@@ -1,5 +1,6 @@
-"""Fine-tuning's rehearsal of the old data: a seeded sample of `train.init`'s own training
-corpus mixed into the new one (`train.old_share`), so that fine-tuning forgets less of it.
+"""Fine-tuning's mix of old data: a seeded sample of `train.init`'s own training corpus
+mixed into the new one (`train.old_share`), so that fine-tuning forgets less of it (replay of
+old data; in mt "rehearsal" names only the first update's trial, mt.training.rehearsal).
 The old corpus is scanned as the new one is (`scan.scan`: 16 bytes a pair) and read again
 for the pairs chosen, a chunk at a time: it is never held whole."""
 
@@ -37,7 +38,7 @@ def old_corpus(
 ) -> Corpus:
     """Pairs of train.init's own training corpus, a seeded sample that makes `train.old_share`
     of the training pairs beside `new` new ones (all there are, if fewer), none with the source
-    of a held-out pair, each distinct pair once, normalised: rehearsing the old data makes
+    of a held-out pair, each distinct pair once, normalised: mixing the old data in makes
     fine-tuning forget less of it. `run` and `folder`: the scan's workers and spill files."""
     share, seed = config.train.old_share, config.run.seed
     found = corpora(old).get("train", [])

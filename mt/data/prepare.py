@@ -3,7 +3,7 @@ the corpus streams through in chunks (`corpus.CHUNK` pairs), read three times.
 
     scan:   normalise every pair; hash it (64 bits, for duplicates) and its source sentence
             (seeded, for the held-out cut); 16 bytes a pair are all that is kept
-    decide: a code per pair: empty, duplicate, valid, test, train, or train in the sample
+    split_codes: a code per pair: empty, duplicate, valid, test, train, or train in the sample
     sample: read the seeded sample of train, learn BPE or unigram from it (or take the
             tokenizers of train.init)
     encode: normalise again, encode in large batches (`data.workers` processes), filter train
@@ -65,11 +65,11 @@ from .scan import (
     SAMPLED,
     TRAIN,
     clean,
-    decide,
     held_out_ranges,
     merge,
     sample,
     scan,
+    split_codes,
 )
 from .store import Split, SplitWriter, open_split
 from .workers import Meter, workers
@@ -215,11 +215,11 @@ def _build(
             scanned, {n: getattr(data, f"{n}_size") for n in HELD_OUT if n not in held}
         )
         if base and config.train.old_share:
-            kept = int(np.count_nonzero(decide(scanned, cut) == TRAIN))
+            kept = int(np.count_nonzero(split_codes(scanned, cut) == TRAIN))
             train.append(old_corpus(base.data, config, kept, cut, held, run, folder))
             scanned = merge(scanned, scan(train[-1:], run, seed, folder))
     _check_unchanged(watched)
-    codes, raw = decide(scanned, cut), scanned["raw"]
+    codes, raw = split_codes(scanned, cut), scanned["raw"]
     drops["empty"] += len(codes) - int(np.count_nonzero(scanned["nonempty"]))
     drops["duplicate"] = int(np.count_nonzero(codes == DUPLICATE))
     if scanned["tagged"] and cut:  # tagged pairs whose source is held out

@@ -158,7 +158,7 @@ def _smallest(values: np.ndarray, where: np.ndarray, count: int) -> np.ndarray:
     return np.sort(kept)
 
 
-def decide(scanned: dict[str, Any], cut: dict[str, tuple[int, int]]) -> np.ndarray:
+def split_codes(scanned: dict[str, Any], cut: dict[str, tuple[int, int]]) -> np.ndarray:
     """What becomes of each raw pair: EMPTY, DUPLICATE, VALID, TEST, HELD_SOURCE or TRAIN."""
     first, src = scanned["first"], scanned["src"]
     inner = np.where(first, np.uint8(TRAIN), np.uint8(DUPLICATE))  # uint8: a byte a pair

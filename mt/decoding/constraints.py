@@ -25,28 +25,16 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from ..config import DecodeConfig
+from ..config import DecodeConfig, ModelConfig
 from ..data import tokenizer as tok
 from ..errors import ConfigError
 from ..model import Transformer
-from .search import (
-    NEG_INF,
-    Hypothesis,
-    Plan,
-    _forbid,
-    _force,
-    _forced_at,
-    _limits,
-    _start,
-    beam_search,
-    best_extensions,
-    length_penalty,
-    max_output_lengths,
-)
+from .beam import beam_search, best_extensions
+from .search import NEG_INF, Hypothesis, Plan, length_penalty, max_output_lengths, search
 
 
 @dataclass(frozen=True)
-class Progress:
+class TermProgress:
     """How far a hypothesis is through its sentence's constraints."""
 
     met: frozenset[int] = frozenset()  # the terms met
@@ -69,7 +57,7 @@ class Constraints:
         self.phrases = [(term, list(p)) for term, phrases in enumerate(terms) for p in phrases]
         self.word_final, self.space_initial = word_final, space_initial
 
-    def advance(self, progress: Progress, token: int) -> Progress:
+    def advance(self, progress: TermProgress, token: int) -> TermProgress:
         """The progress after `token`: a term under way goes on or is dropped; a token that
         starts (or is) a term not met yet starts (or meets) it."""
         if progress.phrase is not None:
@@ -77,16 +65,16 @@ class Constraints:
             term, phrase = self.phrases[index]
             if phrase[matched] == token:
                 if matched + 1 == len(phrase):
-                    return Progress(progress.met | {term}, None, progress.tokens + len(phrase))
-                return Progress(progress.met, (index, matched + 1), progress.tokens)
+                    return TermProgress(progress.met | {term}, None, progress.tokens + len(phrase))
+                return TermProgress(progress.met, (index, matched + 1), progress.tokens)
         for index, (term, phrase) in enumerate(self.phrases):
             if term not in progress.met and phrase[0] == token:
                 if len(phrase) == 1:
-                    return Progress(progress.met | {term}, None, progress.tokens + 1)
-                return Progress(progress.met, (index, 1), progress.tokens)
-        return Progress(progress.met, None, progress.tokens)
+                    return TermProgress(progress.met | {term}, None, progress.tokens + 1)
+                return TermProgress(progress.met, (index, 1), progress.tokens)
+        return TermProgress(progress.met, None, progress.tokens)
 
-    def next_tokens(self, progress: Progress, previous: int | None) -> set[int]:
+    def next_tokens(self, progress: TermProgress, previous: int | None) -> set[int]:
         """The tokens that advance a hypothesis whose last token is `previous` (None: empty)."""
         if progress.phrase is not None:
             index, matched = progress.phrase
@@ -102,10 +90,10 @@ class Constraints:
             )
         }
 
-    def bank(self, progress: Progress) -> int:
+    def bank(self, progress: TermProgress) -> int:
         return progress.tokens + (progress.phrase[1] if progress.phrase else 0)
 
-    def done(self, progress: Progress) -> bool:
+    def done(self, progress: TermProgress) -> bool:
         return len(progress.met) == self.terms
 
 
@@ -146,7 +134,7 @@ def encode_constraints(
 class _Live:
     tokens: list[int]
     logprob: float
-    progress: Progress = field(default_factory=Progress)
+    progress: TermProgress = field(default_factory=TermProgress)
 
 
 def _allocate(candidates: list[tuple], beam: int, bank) -> list[tuple]:
@@ -163,37 +151,29 @@ def _allocate(candidates: list[tuple], beam: int, bank) -> list[tuple]:
     return sorted(chosen[:beam], key=lambda c: -c[0])
 
 
-@torch.inference_mode()
-def constrained_beam_search(
-    model: Transformer,
-    src: Tensor,
-    cfg: DecodeConfig,
-    constraints: Sequence[Constraints | None],
-    prefix: Tensor | None = None,
-) -> list[list[Hypothesis]]:
-    """Beam search as `beam_search` (beam, alpha, nbest, lengths, prefix) whose outputs contain
-    every sentence's constraints (None: none); no_repeat_ngram is not applied. A sentence whose
-    constraints no hypothesis met within its length limit gets the unconstrained search's
-    output instead."""
-    beam, nbest, alpha = cfg.beam, cfg.nbest, cfg.alpha
-    n_src, device = src.size(0), src.device
-    pad, bos, eos = model.cfg.pad_id, model.cfg.bos_id, model.cfg.eos_id
-    limit = _limits(model, src, max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, pad))
-    steps = int(limit.max()) + 1
-    state, decode_step = _start(model, *model.encode(src), steps, beam, Plan())
-    rules = [c or Constraints([]) for c in constraints]
-    live = [[_Live([], 0.0), *[None] * (beam - 1)] for _ in range(n_src)]
-    finished: list[list[Hypothesis]] = [[] for _ in range(n_src)]
-    sents = list(range(n_src))  # the sentences still searched, in the order of their rows
-    tokens = src.new_full((n_src * beam,), bos)
-    for t in range(steps):
-        row_sent = torch.tensor(sents, device=device).repeat_interleave(beam)
-        logprobs = decode_step(tokens).float().log_softmax(-1)  # (N * k, V)
-        _forbid(logprobs, t >= limit[row_sent], model.cfg)
-        if (forced := _forced_at(prefix, t, row_sent)) is not None:
-            _force(logprobs, forced)
+class ConstrainedBeam:
+    """Beam search with dynamic beam allocation (the module's docstring) as a strategy of the
+    one search loop; the host keeps each sentence's hypotheses, so the host looks at every
+    step (`Plan()`)."""
+
+    log_probs = True
+
+    def __init__(self, cfg: DecodeConfig, constraints: Sequence[Constraints | None]) -> None:
+        self.cfg, self.rows = cfg, cfg.beam
+        self.constraints = [c or Constraints([]) for c in constraints]
+
+    def start(self, src: Tensor, limit: Tensor, steps: int, model: ModelConfig) -> None:
+        beam, n = self.rows, src.size(0)
+        self.limit, self.eos = limit, model.eos_id
+        self.live = [[_Live([], 0.0), *[None] * (beam - 1)] for _ in range(n)]
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(n)]
+        self.done = torch.zeros(n, dtype=torch.bool, device=src.device)
+
+    def step(self, t: int, logprobs: Tensor, sent: Tensor, history: Tensor) -> tuple[Tensor, ...]:
+        beam, eos, device = self.rows, self.eos, logprobs.device
+        sents, constraints, live = sent.tolist(), self.constraints, self.live
         hyps = [h for s in sents for h in live[s]]
-        unmet = [h is None or not rules[s].done(h.progress) for s in sents for h in live[s]]
+        unmet = [h is None or not constraints[s].done(h.progress) for s in sents for h in live[s]]
         logprobs[:, eos].masked_fill_(torch.tensor(unmet, device=device), NEG_INF)
         alive = torch.tensor([NEG_INF if h is None else h.logprob for h in hyps], device=device)
         top = best_extensions(logprobs, alive.view(len(sents), beam), 2 * beam)
@@ -202,7 +182,7 @@ def constrained_beam_search(
             (row, word)
             for row, h in enumerate(hyps)
             if h is not None
-            for word in rules[sents[row // beam]].next_tokens(
+            for word in constraints[sents[row // beam]].next_tokens(
                 h.progress, h.tokens[-1] if h.tokens else None
             )
         ]
@@ -216,7 +196,7 @@ def constrained_beam_search(
                 extensions[row // beam][(row % beam, word)] = hyps[row].logprob + value
         for (row, word), value in zip(advancing, values):
             extensions[row // beam][(row % beam, word)] = hyps[row].logprob + value
-        keep, chosen_rows, next_words = [], [], []
+        done, origins, next_words = [], [], []
         for i, s in enumerate(sents):
             candidates = []
             for (b, word), score in extensions[i].items():
@@ -224,28 +204,48 @@ def constrained_beam_search(
                 if score == NEG_INF or h is None:
                     continue
                 if word == eos:
-                    penalty = length_penalty(len(h.tokens) + 1, alpha)
-                    finished[s].append(Hypothesis(h.tokens, score / penalty, score))
+                    penalty = length_penalty(len(h.tokens) + 1, self.cfg.alpha)
+                    self.finished[s].append(Hypothesis(h.tokens, score / penalty, score))
                 else:
-                    candidates.append((score, b, word, rules[s].advance(h.progress, word)))
-            finished[s] = sorted(finished[s], key=lambda h: -h.score)[:nbest]
-            chosen = _allocate(candidates, beam, lambda c, s=s: rules[s].bank(c[3]))
+                    candidates.append((score, b, word, constraints[s].advance(h.progress, word)))
+            finished = sorted(self.finished[s], key=lambda h: -h.score)[: self.cfg.nbest]
+            self.finished[s] = finished
+            chosen = _allocate(candidates, beam, lambda c, s=s: constraints[s].bank(c[3]))
             live[s] = [_Live([*live[s][b].tokens, w], sc, p) for sc, b, w, p in chosen]
             live[s] += [None] * (beam - len(chosen))
             bound = max((h.logprob for h in live[s] if h), default=NEG_INF)
-            bound /= length_penalty(int(limit[s]) + 1, alpha)
-            if not chosen or (len(finished[s]) == nbest and finished[s][-1].score >= bound):
-                continue  # done: its rows leave the cache
-            keep.append(i)
-            chosen_rows += [i * beam + b for _, b, _, _ in chosen]
-            chosen_rows += [i * beam] * (beam - len(chosen))  # dead rows: any row will do
+            bound /= length_penalty(int(self.limit[s]) + 1, self.cfg.alpha)
+            full = len(finished) == self.cfg.nbest
+            done.append(not chosen or (full and finished[-1].score >= bound))
+            origins += [i * beam + b for _, b, _, _ in chosen]
+            origins += [i * beam] * (beam - len(chosen))  # dead rows: any row will do
             next_words += [w for _, _, w, _ in chosen] + [eos] * (beam - len(chosen))
-        if not keep:
-            break
-        index = torch.tensor(keep, device=device)
-        state.select(torch.tensor(chosen_rows, device=device), index)
-        sents = [sents[i] for i in keep]
-        tokens = torch.tensor(next_words, device=device)
+        self.done = torch.tensor(done, device=device)
+        as_rows = (torch.tensor(x, device=device).view(-1, beam) for x in (next_words, origins))
+        return tuple(as_rows)
+
+    def keep(self, live: Tensor) -> None:
+        pass  # its hypotheses are kept by sentence, not by row
+
+    def finish(self) -> list[list[Hypothesis]]:
+        return self.finished
+
+
+def constrained_beam_search(
+    model: Transformer,
+    src: Tensor,
+    cfg: DecodeConfig,
+    constraints: Sequence[Constraints | None],
+    prefix: Tensor | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search as `beam_search` (beam, alpha, nbest, lengths, prefix, no_repeat_ngram)
+    whose outputs contain every sentence's constraints (None: none), under mt's rules (not
+    decode.rules transformers, refused by translate_nbest). A sentence whose
+    constraints no hypothesis met within its length limit gets the unconstrained search's
+    output instead."""
+    lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, model.cfg.pad_id)
+    strategy = ConstrainedBeam(cfg, constraints)
+    finished = search(model, src, strategy, lengths, Plan(), prefix, cfg)
     return _with_fallback(model, src, cfg, finished, prefix)
 
 
@@ -264,7 +264,7 @@ def read_glossary(path: str) -> dict[str, str]:
     """A glossary file: a source term and its target term a line, tab-separated (blank lines
     skipped). Refused in one line: a line not of two non-empty columns, a source term given two
     target terms."""
-    from ..data.corpus import read_lines
+    from ..data.text_input import read_lines
 
     glossary: dict[str, str] = {}
     for number, line in enumerate(read_lines(path, "--glossary"), start=1):
@@ -322,7 +322,7 @@ def glossary_terms(glossary: dict[str, str], texts: Sequence[str]) -> list[list[
 def read_constraints(path: str, count: int) -> list[list[str]]:
     """A constraints file: a line per text, its target terms tab-separated (a blank line:
     none), `count` lines."""
-    from ..data.corpus import read_lines
+    from ..data.text_input import read_lines
 
     lines = read_lines(path, "--constraints")
     if len(lines) != count:

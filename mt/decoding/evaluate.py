@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from sacrebleu.metrics import BLEU, CHRF
 
 from ..config import Config
-from ..data.corpus import normalize, read_lines, read_pairs, read_pairs_jsonl
+from ..data.corpus import normalize, read_pairs, read_pairs_jsonl
+from ..data.text_input import read_lines
 from ..errors import ConfigError
 from ..run_folder import data_dir, held_out_text
 

@@ -34,7 +34,7 @@ from ..model import DecoderState, Transformer
 # a batch's memory, and a validation inside training or a test set sorted by length meets a few
 SHAPES = 3
 
-Step = Callable[[Tensor], Tensor]  # tokens (R,) -> logits (R, V)
+DecodeStep = Callable[[Tensor], Tensor]  # tokens (R,) -> logits (R, V)
 Run = Callable[[], Tensor]
 # record(run, pool) -> (replay, the tensor replays write, the pool for the next capture)
 Record = Callable[[Run, Any], tuple[Callable[[], None], Tensor, Any]]
@@ -134,7 +134,7 @@ class Graphs:
         steps: int,
         beam: int,
         graph: bool,
-    ) -> tuple[DecoderState, Step]:
+    ) -> tuple[DecoderState, DecodeStep]:
         """A static state for `beam` rows per source over memory (N, S, D), `steps` positions,
         in the buffers of its bucket, and its step: by graphs, or eagerly on the same buffers.
         """
@@ -206,7 +206,7 @@ class Graphs:
         state = model.start_decoding(zeros, keep, steps, beam, static=True)
         return _Shape(state, torch.full((n * beam,), model.cfg.bos_id, device=memory.device))
 
-    def _stepper(self, model: Transformer, shape: _Shape, rows: int, graph: bool) -> Step:
+    def _stepper(self, model: Transformer, shape: _Shape, rows: int, graph: bool) -> DecodeStep:
         state, tokens, module = shape.state, shape.tokens, _Step(model)
         device = state.self_kv.device.type
 

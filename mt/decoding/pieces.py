@@ -84,7 +84,9 @@ def source_pieces(tokenizer: Tokenizer, texts: Sequence[str], limit: int, lead: 
     room = limit - len(leading)
     for text_ids in tok.encode(tokenizer, texts):
         fits = len(text_ids) <= room  # nearly always: no break points to look for
-        pieces = [text_ids] if fits else cut(text_ids, room, strengths(tokenizer, text_ids))
+        pieces = (
+            [text_ids] if fits else split_at_breaks(text_ids, room, strengths(tokenizer, text_ids))
+        )
         ids += [leading + piece for piece in pieces]
         counts.append(len(pieces))
     return Pieces(ids, counts)
@@ -118,7 +120,7 @@ def strengths(tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:
     ]
 
 
-def cut(ids: Sequence[int], limit: int, strength: Sequence[int]) -> list[list[int]]:
+def split_at_breaks(ids: Sequence[int], limit: int, strength: Sequence[int]) -> list[list[int]]:
     """`ids` as pieces of at most `limit` tokens, cut at the best break points (`strength`
     of a break before each position); the first pieces at least SHORTEST_PIECE of `limit`."""
     pieces, start = [], 0

@@ -76,7 +76,7 @@ def table(rows: list[dict[str, Any]], tests: Sequence[str]) -> str:
 def read_hypotheses(paths: Sequence[str], count: int) -> list[tuple[str, list[str]]]:
     """Systems' outputs given as files (--hyp), one line a sentence: (path, lines), each
     refused unless it has `count` lines."""
-    from ..data.corpus import read_lines
+    from ..data.text_input import read_lines
 
     systems = []
     for path in paths:

@@ -22,18 +22,19 @@ from ..device import autocast, precision_for
 from ..errors import ConfigError, MachineError
 from ..messages import say
 from ..model import Transformer, max_sentence_tokens
+from .beam import beam_search
 from .constraints import Constraints, constrained_beam_search, encode_constraints
 from .ensemble import Ensemble
 from .pieces import Pieces, source_pieces
 from .sampling import sample
 from .search import (
     FREE,
+    Greedy,
     Hypothesis,
-    beam_search,
-    greedy,
     max_output_lengths,
     output_lengths,
     plan_for,
+    search,
     within_positions,
 )
 
@@ -64,6 +65,8 @@ def translate_nbest(
     if constraints is not None:
         if cfg.sampling:
             raise ConfigError("constraints need beam search: decode.sampling samples")
+        if cfg.rules == "transformers":  # generate() has no constraints to follow
+            raise ConfigError("constraints follow mt's beam search: not decode.rules transformers")
         if len(constraints) != len(texts):
             raise ConfigError(f"{len(constraints)} lists of terms for {len(texts)} texts")
         first = pieces.first(constraints, [])
@@ -134,11 +137,11 @@ def translate_ids(
         pad, _, eos = model.specials
         src = torch.from_numpy(pad_batch([ids[i] for i in batch], suffix=eos, pad=pad)).to(device)
         prefix = _prefix_batch(prefixes, batch, device)
-        rules = [constraints[i] for i in batch] if constraints else []
+        batch_constraints = [constraints[i] for i in batch] if constraints else []
         try:
             with autocast(device, dtype):  # log-probabilities are float32 all the same
-                if any(rules):
-                    found = constrained_beam_search(model, src, cfg, rules, prefix)
+                if any(batch_constraints):
+                    found = constrained_beam_search(model, src, cfg, batch_constraints, prefix)
                 else:
                     found = search(model, src, plan, prefix)
         except torch.OutOfMemoryError:
@@ -187,8 +190,7 @@ def _searcher(cfg: DecodeConfig, device: torch.device):
 
         def search_greedy(model, src, plan, prefix) -> list:
             lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, model.cfg.pad_id)
-            found = greedy(model, src, lengths, plan, prefix)
-            return [[Hypothesis(t, float("nan"), float("nan"))] for t in found]
+            return search(model, src, Greedy(), lengths, plan, prefix)
 
         return search_greedy
     return lambda model, src, plan, prefix: beam_search(model, src, cfg, plan, prefix)

@@ -22,7 +22,7 @@ from ..config_file import diff_configs
 from ..data.old_corpus import Base
 from ..errors import ConfigError, InputError
 from ..files import atomic_write_text
-from ..marian import marian_config, marian_folder
+from ..from_marian import marian_config, marian_folder
 from ..run_folder import INIT
 
 # parameters (by name prefix) that `train.freeze` keeps as they are; a tied embedding is one
@@ -62,7 +62,7 @@ def init_file(config: Config) -> Path | None:
 
 
 def adopt(config: Config) -> None:
-    """When train.init names a Marian model (mt.marian), make its model and tokenizer
+    """When train.init names a Marian model (mt.from_marian), make its model and tokenizer
     sections the run's: keys left at their defaults take the model's values; a key set to
     another value than the model's is refused, naming it."""
     folder = marian_folder(config.train.init) if config.train.init else None

@@ -30,7 +30,7 @@ class Agreement:
     horizon: int = 0  # a horizon fitted again (0: keep the current one)
 
     @staticmethod
-    def decide(proposals: list[Agreement]) -> Agreement:
+    def combine(proposals: list[Agreement]) -> Agreement:
         """Any rank's signal or spent budget stops every rank; the horizon is rank 0's."""
         return Agreement(
             signal=max(p.signal for p in proposals),
@@ -73,11 +73,11 @@ class Ranks:
     def agree(self, mine: Agreement) -> Agreement:
         """Rank 0's decision from every rank's proposal: one all-gather of a few integers."""
         if self.world == 1:
-            return Agreement.decide([mine])
+            return Agreement.combine([mine])
         row = torch.tensor(dataclasses.astuple(mine), dtype=torch.int64, device=self.device)
         rows = [torch.empty_like(row) for _ in range(self.world)]
         dist.all_gather(rows, row)
-        return Agreement.decide(
+        return Agreement.combine(
             [Agreement(s, bool(o), h) for s, o, h in torch.stack(rows).tolist()]
         )
 

@@ -23,7 +23,7 @@ import torch
 
 from ..config import Config, TrainConfig
 from ..config_checks import check_training_stops
-from ..data.batches import Batches, map_batch
+from ..data.batches import Batches
 from ..data.dropout import dropout_epochs
 from ..data.packing import row_length
 from ..data.prepare import inputs_of, prepare
@@ -35,11 +35,11 @@ from .budget import time_fitted
 from .health import Checks
 from .metrics import Progress
 from .ranks import Agreement, Ranks, StopSignal
-from .rehearsal import Step, decide
+from .rehearsal import UpdatePlan, plan_update
 from .resume import Checkpoints
 from .schedule import warmup_updates
 from .state import Pace, TrainState
-from .update import Optimiser, Update, Updater, loss_sums
+from .update import Optimiser, Update, Updater, loss_in
 from .validation import validation_record
 
 
@@ -118,9 +118,10 @@ class Trainer:
             self.state.pack_length = row_length(config, self.device.type)
         self.batches = self._batches()
         net = self.ranks.wrap(self.model)  # once its weights are final (loaded, or initialised)
-        self.update_step = self._decide_step(net)
+        self.update_plan = self._plan_update(net)
+        plan = self.update_plan
         self.updater = Updater(
-            self.model, net, self.optimiser, self.update_step.forward, t, self.ranks
+            self.model, net, self.optimiser, t, self.ranks, plan.dtype, plan.compiled
         )
         self.checks = Checks(config, self.state.vitals, self.unigram)
 
@@ -148,15 +149,15 @@ class Trainer:
             specials=self.model.specials,
         )
 
-    def _decide_step(self, net: torch.nn.Module) -> Step:
+    def _plan_update(self, net: torch.nn.Module) -> UpdatePlan:
         """The update's precision and forward pass (compiled or not), rehearsed on the first
-        batch (`rehearsal.decide`); a resumed run keeps the precision it measured."""
+        batch (`rehearsal.plan_update`); a resumed run keeps the precision it measured."""
         t = self.config.train
-        batch = map_batch(lambda x: x.to(self.device), self.batches.peek())
+        batch = self.batches.peek().map(lambda x: x.to(self.device))
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         moments = 0 if self.optimiser.adamw.state else 2 * weights  # AdamW's, at its first step
-        return decide(
-            lambda dtype: loss_sums(net, dtype, t, self.device, self.model.cfg.pad_id),
+        return plan_update(
+            lambda dtype: loss_in(net, dtype, t, self.model.cfg.pad_id, compiled=False),
             batch,
             self.model,
             t,
@@ -172,9 +173,9 @@ class Trainer:
         """Train until a stopping rule fires; returns how it ended."""
         self._measured_precision()
         if self.main:  # the run's first lines, once it is sure to run
-            say(f"precision: {self.update_step.why}")
-            if self.update_step.compiled:
-                say(f"compiled the training step in {self.update_step.seconds:.1f} s")
+            say(f"precision: {self.update_plan.why}")
+            if self.update_plan.compiled:
+                say(f"compiled the training step in {self.update_plan.seconds:.1f} s")
         with StopSignal() as stop:
             reason = self._loop(stop)
         self.batches.close()
@@ -196,13 +197,13 @@ class Trainer:
     def _measured_precision(self) -> None:
         """What train.precision auto measured on a CPU (rank 0's choice, on every rank): kept
         in the state (a resume computes alike), recorded in metrics.jsonl."""
-        step = self.update_step
-        if not step.rates:
+        plan = self.update_plan
+        if not plan.rates:
             return
-        self.state.precision = step.precision
+        self.state.precision = plan.precision
         if self.main:
-            rates = {f"{k}_tokens_per_s": v for k, v in step.rates.items()}
-            record = {"kind": "precision", "step": self.state.step, "precision": step.precision}
+            rates = {f"{k}_tokens_per_s": v for k, v in plan.rates.items()}
+            record = {"kind": "precision", "step": self.state.step, "precision": plan.precision}
             metrics.append(self.run_dir, {**record, **rates})
 
     def _loop(self, stop: StopSignal) -> str:

@@ -13,7 +13,7 @@ vocabularies (tc-big's `separate_vocabs`: `target_vocab.json` for the target sid
 false`: the encoder's embedding its own, the decoder's tied to the output projection, as in
 MarianMTModel.
 
-`WEIGHT_NAMES` maps our parameter names to Marian's both ways: `mt.converters.marian` writes
+`WEIGHT_NAMES` maps our parameter names to Marian's both ways: `mt.export.to_marian` writes
 a run as a Marian folder with it. transformers, sentencepiece and huggingface_hub are the
 optional extra `mt[hf]`, imported only when a Marian model is asked for.
 """

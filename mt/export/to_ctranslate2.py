@@ -1,4 +1,4 @@
-"""Convert a checkpoint to a CTranslate2 folder (`mt export --format ctranslate2`).
+"""Export a checkpoint to a CTranslate2 folder (`mt export --format ctranslate2`).
 
 The CT2 model is built from our weights through CT2's own spec API (TransformerSpec): post-
 or pre-norm as trained, our sinusoid table (sin and cos interleaved, or a Marian model's
@@ -17,8 +17,9 @@ the runtime that translates with it is `mt.decoding.ct2`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..config import ModelConfig
 from ..data.tokenizer import tokenizers_to_str
@@ -31,77 +32,83 @@ from ..decoding.ct2 import (
     vocabulary,
 )
 from ..errors import ConfigError
-from ..files import atomic_path
 from ..run_folder import tokenizer_files
+from .converter import convert
 
-FORMATS = ("ctranslate2",)
 QUANTIZATIONS = ("int8", "int8_float32", "bfloat16", "float16", "float32")
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which mt.model uses; CT2's is 1e-6
 ACTIVATIONS = ("relu", "gelu", "swish")  # ours that CT2 has (its GELU is the erf one, as torch's)
 
 
-def unsupported(cfg: ModelConfig) -> str | None:
-    """Why CT2 cannot represent a model of this config, or None if it can."""
+def unsupported(cfg: ModelConfig) -> list[str]:
+    """Every reason CT2 cannot represent a model of this config (none: it can)."""
     if cfg.activation not in ACTIVATIONS:
-        return f"model.activation={cfg.activation} (CT2 export supports {', '.join(ACTIVATIONS)})"
-    return None
+        return [f"model.activation={cfg.activation} (CT2 export supports {', '.join(ACTIVATIONS)})"]
+    return []
 
 
-def export(
+@dataclass(frozen=True)
+class ToCTranslate2:
+    """The `Converter` to a CT2 folder, its weights in `quantization`; `command`, the
+    command line that asked for it, goes to mt.json."""
+
+    quantization: str = "float32"
+    command: str | None = None
+    cannot: ClassVar[str] = "CTranslate2 cannot represent"
+    options: ClassVar[tuple[str, ...]] = ("quantization",)
+
+    def __post_init__(self) -> None:
+        if self.quantization not in QUANTIZATIONS:
+            raise ConfigError(
+                f"--quantization {self.quantization}: unknown (known: {', '.join(QUANTIZATIONS)})"
+            )
+
+    def refusals(self, file: Path) -> list[str]:
+        from .. import checkpoint as ckpt
+
+        return unsupported(ckpt.read_config(file).model)
+
+    def require(self) -> None:
+        ctranslate2()
+
+    def write(self, loaded: Any, folder: Path) -> None:
+        spec = transformer_spec(loaded)
+        spec.validate()
+        spec.optimize(quantization=self.quantization)
+        cfg = loaded.config
+        src_file, tgt_file = tokenizer_files(
+            Path(), cfg.data.src_lang, cfg.data.tgt_lang, cfg.tokenizer.joint
+        )
+        manifest = {
+            "format": MANIFEST_FORMAT,
+            "engine": "ctranslate2",
+            "quantization": self.quantization,
+            "checkpoint": str(loaded.path.resolve()),
+            "step": int(loaded.metadata.get("step", 0)),
+            "bleu": known_bleu(loaded.metadata),
+            "command": self.command,
+            "src_tokenizer": str(src_file),
+            "tgt_tokenizer": str(tgt_file),
+            "config": cfg.to_dict(),
+        }
+        tokenizers = (loaded.src_tokenizer, loaded.tgt_tokenizer)
+        texts = tokenizers_to_str(tokenizers, (src_file, tgt_file))
+        folder.mkdir()
+        spec.save(str(folder))
+        for file, text in {src_file: texts[0], tgt_file: texts[1]}.items():
+            (folder / file).write_text(text, encoding="utf-8")
+        (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def to_ctranslate2(
     checkpoint: str | Path,
     out: str | Path,
-    fmt: str = "ctranslate2",
     quantization: str = "float32",
     force: bool = False,
     command: str | None = None,
 ) -> Path:
-    """Write the exported folder `out` atomically and return its path; `command`, the
-    command line that asked for it, goes to mt.json."""
-    from .. import checkpoint as ckpt
-
-    if fmt not in FORMATS:
-        raise ConfigError(f"--format {fmt}: unknown (known: {', '.join(FORMATS)})")
-    if quantization not in QUANTIZATIONS:
-        raise ConfigError(
-            f"--quantization {quantization}: unknown (known: {', '.join(QUANTIZATIONS)})"
-        )
-    out = Path(out)
-    if out.exists() and not force:
-        raise ConfigError(f"{out}: already exists (pass --force to replace it)")
-    file = ckpt.resolve(checkpoint)
-    why = unsupported(ckpt.read_config(file).model)
-    if why:
-        raise ConfigError(f"{file}: CTranslate2 cannot represent {why}")
-    ctranslate2()
-    loaded = ckpt.load(file)
-    spec = transformer_spec(loaded)
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    cfg = loaded.config
-    src_file, tgt_file = tokenizer_files(
-        Path(), cfg.data.src_lang, cfg.data.tgt_lang, cfg.tokenizer.joint
-    )
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "engine": fmt,
-        "quantization": quantization,
-        "checkpoint": str(file.resolve()),
-        "step": int(loaded.metadata.get("step", 0)),
-        "bleu": known_bleu(loaded.metadata),
-        "command": command,
-        "src_tokenizer": str(src_file),
-        "tgt_tokenizer": str(tgt_file),
-        "config": cfg.to_dict(),
-    }
-    tokenizers = (loaded.src_tokenizer, loaded.tgt_tokenizer)
-    texts = tokenizers_to_str(tokenizers, (src_file, tgt_file))
-    with atomic_path(out) as tmp:
-        tmp.mkdir()
-        spec.save(str(tmp))
-        for file, text in {src_file: texts[0], tgt_file: texts[1]}.items():
-            (tmp / file).write_text(text, encoding="utf-8")
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return out
+    """Write `checkpoint` as the CT2 folder `out` atomically and return its path."""
+    return convert(ToCTranslate2(quantization, command), checkpoint, out, force)
 
 
 def transformer_spec(loaded: Any) -> Any:

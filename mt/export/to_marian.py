@@ -1,7 +1,7 @@
 """Write a checkpoint as a `transformers` MarianMT folder (`mt export --format hf`): what
 AutoModelForSeq2SeqLM, AutoTokenizer and pipeline("translation") load.
 
-The weights go out through mt.marian's name map. Our sinusoids interleave sin and cos where
+The weights go out through mt.from_marian's name map. Our sinusoids interleave sin and cos where
 Marian puts them in halves (`model.positions`): the same frequencies, so a fixed permutation
 of the model dimension, applied to every tensor that reads or writes the residual stream
 (embeddings and output projection, LayerNorms, the projections in and out of attention and
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -44,11 +44,10 @@ from ..config import SPECIAL_TOKENS, Config
 from ..data.spm import SentencePieceTokenizer
 from ..decoding.ct2 import known_bleu
 from ..decoding.search import output_lengths, within_positions
-from ..errors import ConfigError
-from ..files import atomic_path
-from ..marian import TARGET_VOCAB, TOKENIZER_FILES, require_hf, weight_names
+from ..from_marian import TARGET_VOCAB, TOKENIZER_FILES, require_hf, weight_names
 from ..model import max_sentence_tokens
 from ..run_folder import data_dir, store_files
+from .converter import convert
 
 GNMT_OFFSET = 5  # GNMT's penalty ((5 + L) / 6) ** alpha
 TYPICAL_LENGTH = 25  # target tokens, EOS counted, where the run's validation set is not at hand
@@ -56,43 +55,56 @@ TYPICAL_LENGTH = 25  # target tokens, EOS counted, where the run's validation se
 ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "swish": "swish"}
 
 
-def unsupported(config: Config, sentencepiece: bool = False) -> str | None:
-    """Why MarianMT cannot hold a model of this config, or None if it can; `sentencepiece`:
-    its tokenizers are a Marian model's (mt.data.spm), which MarianTokenizer can hold apart."""
-    m = config.model
+def unsupported(config: Config, sentencepiece: bool = False) -> list[str]:
+    """Every reason MarianMT cannot hold a model of this config (none: it can);
+    `sentencepiece`: its tokenizers are a Marian model's (mt.data.spm), which MarianTokenizer
+    can hold apart."""
+    m, reasons = config.model, []
     if m.norm_first:
-        return "model.norm_first=true (MarianMT is post-norm)"
+        reasons.append("model.norm_first=true (MarianMT is post-norm)")
     if not config.tokenizer.joint and not sentencepiece:  # a fast tokenizer: one vocabulary
-        return "tokenizer.joint=false (separate vocabularies; export a joint-vocabulary run)"
+        reasons.append(
+            "tokenizer.joint=false (separate vocabularies; export a joint-vocabulary run)"
+        )
     if not m.share_embeddings:
-        return "model.share_embeddings=false (MarianMT ties embeddings and output projection)"
-    return None
+        reasons.append(
+            "model.share_embeddings=false (MarianMT ties embeddings and output projection)"
+        )
+    return reasons
 
 
-def export_hf(checkpoint: str | Path, out: str | Path, force: bool = False) -> Path:
-    """Write the MarianMT folder `out` atomically and return its path."""
-    from .. import checkpoint as ckpt
+class ToMarian:
+    """The `Converter` to a transformers MarianMT folder (the module's docstring)."""
 
-    out = Path(out)
-    if out.exists() and not force:
-        raise ConfigError(f"{out}: already exists (pass --force to replace it)")
-    file = ckpt.resolve(checkpoint)
-    config = ckpt.read_config(file)
-    src_tokenizer = ckpt.read_tokenizers(file)[0]
-    why = unsupported(config, isinstance(src_tokenizer, SentencePieceTokenizer))
-    if why:
-        raise ConfigError(f"{file}: MarianMT cannot hold {why}")
-    require_hf()
-    loaded = ckpt.load(file)
-    lengths = validation_lengths(ckpt.run_dir_of(file, config))
-    model = marian_model(loaded.model, config, lengths)
-    with atomic_path(out) as tmp:
-        model.save_pretrained(tmp)
-        _save_tokenizer(loaded, config, tmp)
+    cannot: ClassVar[str] = "MarianMT cannot hold"
+    options: ClassVar[tuple[str, ...]] = ()
+
+    def refusals(self, file: Path) -> list[str]:
+        from .. import checkpoint as ckpt
+
+        src_tokenizer = ckpt.read_tokenizers(file)[0]
+        sentencepiece = isinstance(src_tokenizer, SentencePieceTokenizer)
+        return unsupported(ckpt.read_config(file), sentencepiece)
+
+    def require(self) -> None:
+        require_hf()
+
+    def write(self, loaded: Any, folder: Path) -> None:
+        from .. import checkpoint as ckpt
+
+        config = loaded.config
+        lengths = validation_lengths(ckpt.run_dir_of(loaded.path, config))
+        model = marian_model(loaded.model, config, lengths)
+        model.save_pretrained(folder)
+        _save_tokenizer(loaded, config, folder)
         longest = model.generation_config.max_length - 2  # tokens before EOS
         card = model_card(config, loaded.metadata, longest)
-        (tmp / "README.md").write_text(card, encoding="utf-8")
-    return out
+        (folder / "README.md").write_text(card, encoding="utf-8")
+
+
+def to_marian(checkpoint: str | Path, out: str | Path, force: bool = False) -> Path:
+    """Write `checkpoint` as the MarianMT folder `out` atomically and return its path."""
+    return convert(ToMarian(), checkpoint, out, force)
 
 
 def validation_lengths(run_dir: Path) -> dict[str, np.ndarray]:

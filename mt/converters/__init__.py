@@ -1,1 +1,0 @@
-"""Converters: a trained model written in another toolkit's format (`mt export`)."""
