@@ -325,11 +325,13 @@ def main() -> None:
     parser.add_argument("model", help="run folder, checkpoint, or a folder from mt export")
     parser.add_argument("--log", type=Path, help="the server's stderr (default: dropped)")
     parser.add_argument("--markdown", action="store_true", help="print the docs section too")
+    parser.add_argument("--only", default="", help="the classes whose name holds this text")
     args = parser.parse_args()
     with serving(args.model, "--device", "cpu", log=args.log) as address:
         pid = serving.process.pid
         idle = memory(pid, "VmRSS")
-        rows = [measure(address, pid, name, attack) for name, attack in classes(address, pid)]
+        chosen = [(name, attack) for name, attack in classes(address, pid) if args.only in name]
+        rows = [measure(address, pid, name, attack) for name, attack in chosen]
     from mt.device import cpu_description
 
     result = {

@@ -20,6 +20,7 @@ import pytest
 import test_serve
 from test_serve import ENGLISH, SENTENCES, call, chromium, loader, multipart, serving, wait_ready
 
+from mt.decoding.search import Abandoned, abandoned
 from mt.serve import app as serve_app
 from mt.serve import requests as serve_requests
 from mt.serve.access import Access, Allowance, read_keys
@@ -311,3 +312,17 @@ def test_sigterm_with_clients_gone_exits_0_without_a_traceback(model):
     assert process.wait(15) == 0
     log = process.stderr.read()
     assert "stopped" in log and "Traceback" not in log and "terminate" not in log
+
+
+def test_a_search_nobody_waits_for_stops_between_two_steps(model):
+    """What the server's decoder sets when every client of its batch has left."""
+    translator = loader(model)()
+    asked = []
+    token = abandoned.set(lambda: asked.append(1) or len(asked) > 3)
+    try:
+        with pytest.raises(Abandoned):
+            translator.translate(["I love you.", "Where is the station?"])
+    finally:
+        abandoned.reset(token)
+    assert len(asked) == 4  # three steps, then stopped before the fourth
+    assert translator.translate(["Hello."])  # in another context it decodes

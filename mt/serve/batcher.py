@@ -178,8 +178,12 @@ class Service:
                 groups.setdefault((job.beam, job.nbest), []).append(job)
             for (beam, nbest), jobs in groups.items():
                 self._run(jobs, beam, nbest)
+            if self.jobs.empty():
+                give_back_memory()
 
     def _run(self, jobs: list[Job], beam: int, nbest: int) -> None:
+        from ..decoding.search import Abandoned, abandoned
+
         jobs = [job for job in jobs if not job.cancelled]  # gone while an earlier group decoded
         if not jobs:
             return
@@ -188,6 +192,8 @@ class Service:
         prefixes = [p for job in jobs for p in job.prefixes or [""] * len(job.texts)]
         terms = [t for job in jobs for t in job.terms or [[]] * len(job.texts)]
         self.batches, self.decoded = self.batches + 1, self.decoded + len(texts)
+        # the batch is dropped between two decoding steps once all its clients have left
+        gone = abandoned.set(lambda: all(job.cancelled for job in jobs))
         try:
             found = self.translator.translate_nbest(
                 texts,
@@ -196,6 +202,8 @@ class Service:
                 prefixes if any(prefixes) else None,
                 terms if any(terms) else None,
             )
+        except Abandoned:
+            return
         except MtError as e:  # a request's input (a prefix too long): 400 to it alone
             if len(jobs) > 1:
                 for job in jobs:
@@ -208,6 +216,8 @@ class Service:
             for job in jobs:
                 job.loop.call_soon_threadsafe(_settle, job.future, None, e)
             return
+        finally:
+            abandoned.reset(gone)
         start = 0
         for job in jobs:
             result = found[start : start + len(job.texts)]
@@ -250,6 +260,8 @@ class Service:
             yield
         finally:
             self.pending -= 1
+            if not self.pending:  # what its parsing and writing freed, by a worker
+                self.pool.submit(give_back_memory)
 
     async def work(self, function: Callable, *args: Any) -> Any:
         """`function(*args)` run by one of the workers: parsing and writing never hold up the
@@ -258,6 +270,15 @@ class Service:
         import asyncio
 
         return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+
+
+def give_back_memory() -> None:
+    """Hand the heap's free memory back to the system: glibc keeps what a large document or
+    batch freed in its arenas (one a thread), and the server's memory would stay up."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
