@@ -78,11 +78,13 @@ def docx_paragraphs(count: int = 500_000) -> bytes:
     return zip_with(docx_template(), "word/document.xml", xml.encode())
 
 
-def odt_paragraphs(size: int = 21 * MB) -> bytes:
-    """An .odt whose content.xml is `size` bytes of empty paragraphs (issue 42's: 117 KB)."""
+def odt_paragraphs(count: int, styled: bool = False) -> bytes:
+    """An .odt of `count` empty paragraphs (issue 42's: 117 KB of 21 MB XML), `styled` each
+    with one of 1,000 styles (compresses less: more paragraphs fit under the ratio cap)."""
     with zipfile.ZipFile(io.BytesIO(odt_template())) as old:
         content = old.read("content.xml").decode()
-    body = "<text:p/>" * (size // 9)
+    style = ' text:style-name="P{}"' if styled else ""
+    body = "".join(f"<text:p{style.format(i % 1000)}/>" for i in range(count))
     xml = content.replace("<office:text>", f"<office:text>{body}", 1)
     if xml == content:
         xml = content.replace("<office:text/>", f"<office:text>{body}</office:text>", 1)
@@ -249,9 +251,9 @@ def measure(address: str, pid: int, name: str, attack: Callable[[], object]) -> 
 
 
 def classes(address: str, pid: int) -> list[tuple[str, Callable[[], object]]]:
-    docx, many, odt = docx_bomb(), docx_paragraphs(), odt_paragraphs()
-    print(f"files: bomb {len(docx):,} B, paragraphs {len(many):,} B, odt {len(odt):,} B")
-    glossary = {f"term{i}": f"t{i}" for i in range(20_000)}
+    docx, many = docx_bomb(), docx_paragraphs()
+    odt, styled = odt_paragraphs(21 * MB // 9), odt_paragraphs(470_000, styled=True)
+    glossary = {f"w{i}": f"v{i}" for i in range(20_000)}  # 360 KB: under the body's limit
     header = "; a=b" * 74_000
 
     def four_bombs() -> list:
@@ -288,6 +290,10 @@ def classes(address: str, pid: int) -> list[tuple[str, Callable[[], object]]]:
         ("4 such .docx at once", four_bombs),
         (f".docx: 500,000 empty paragraphs ({len(many) // 1000} KB)", file("p.docx", many)),
         (f".odt: 21 MB of XML ({len(odt) // 1000} KB)", file("p.odt", odt)),
+        (
+            f".odt: 470,000 styled empty paragraphs ({len(styled) // 1000} KB)",
+            file("s.odt", styled),
+        ),
         ("headers: 64 MB", lambda: huge_headers(address)),
         ("300 slow connections", lambda: slow_connections(address)),
         (

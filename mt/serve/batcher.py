@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import queue
 import threading
 import time
@@ -143,6 +144,9 @@ class Service:
             self.on_failure()
             return
         self.info = translator.info()
+        # what is loaded now stays: kept out of the collector's full passes, which then take
+        # milliseconds, not the 100 ms that hold up every thread while a document is read
+        gc.freeze()
         self.decoder = threading.Thread(target=self._decode, name="mt-decode", daemon=True)
         self.decoder.start()
         self.translator = translator
@@ -273,10 +277,12 @@ class Service:
 
 
 def give_back_memory() -> None:
-    """Hand the heap's free memory back to the system: glibc keeps what a large document or
-    batch freed in its arenas (one a thread), and the server's memory would stay up."""
+    """Hand the memory of what is no longer used back to the system: a document's trees are
+    held in reference cycles until a collection, and glibc keeps what they freed in its
+    arenas (one a thread); the server's memory would stay up."""
     import ctypes
 
+    gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
         ctypes.CDLL(None).malloc_trim(0)
 
