@@ -234,7 +234,7 @@ class DecodeConfig:
     @property
     def greedy(self) -> bool:
         """One hypothesis and no score wanted: greedy search, for every engine. Not with
-        no_repeat_ngram, which only beam search applies (then of beam 1)."""
+        no_repeat_ngram: that stays beam search of beam 1, scored, as it has always been."""
         return self.beam == 1 and self.nbest == 1 and not self.no_repeat_ngram
 
 

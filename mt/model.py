@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from .config import ModelConfig
-from .data.packing import PackedBatch
+from .data.batch import Packing
 from .data.tokenizer import Specials
 from .packed_attention import document_masks, use_flex
 
@@ -312,7 +312,7 @@ class Transformer(nn.Module):
         logits = self.out(self.decoder_norm(x))
         return logits + self.logits_bias.to(logits.dtype) if self.cfg.logits_bias else logits
 
-    def forward(self, src: Tensor, tgt_in: Tensor, packed: PackedBatch | None = None) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, packed: Packing | None = None) -> Tensor:
         # src (B, S), tgt_in (B, T) -> logits (B, T, V). With `packed` (tensors), the rows
         # hold several sentences: attention stays inside each, positions restart at each.
         if packed is None:

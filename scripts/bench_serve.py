@@ -37,11 +37,13 @@ MT = str(Path(sys.executable).parent / "mt")
 @contextmanager
 def serving(model: str, *options: str, log: Path | None = None) -> Iterator[str]:
     """`mt serve MODEL` on a free port of 127.0.0.1, once ready: its address. On leaving, it is
-    stopped with SIGTERM; the exit status and the seconds it took go to `serving.stopped`."""
+    stopped with SIGTERM; the exit status and the seconds it took go to `serving.stopped`, the
+    process is `serving.process`."""
     with open(log or os.devnull, "w") as err:
         process = subprocess.Popen(
             [MT, "serve", model, "--port", "0", *options], stderr=subprocess.PIPE, text=True
         )
+        serving.process = process
         line = process.stderr.readline()
         if "listening on http://127.0.0.1:" not in line:
             raise SystemExit(f"mt serve did not start: {line}{process.stderr.read()}")

@@ -107,7 +107,7 @@ def setup(data: Path, config_name: str = "tatoeba_cpu.yaml", overrides=(), count
     src_len = np.fromiter(map(len, split.src), np.int64)
     tgt_len = np.fromiter(map(len, split.tgt), np.int64)
     batches = token_batches(src_len, tgt_len, config.train.max_tokens, 0, 0)
-    tensors = [[torch.from_numpy(a) for a in collate(split, b)] for b in batches[:count]]
+    tensors = [collate(split, b).map(torch.from_numpy) for b in batches[:count]]
     return config, prepared.src_tokenizer.get_vocab_size(), tensors
 
 
@@ -126,7 +126,7 @@ class Timer:
         self.seconds = dict.fromkeys(models, 0.0)
 
     def step(self, name: str, batch, timed: bool = True) -> None:
-        src, tgt_in, tgt_out = (x.to(self.device) for x in batch)
+        src, tgt_in, tgt_out, _ = batch.map(lambda x: x.to(self.device))
         self._sync()
         start = time.perf_counter()
         with torch.autocast(

@@ -36,7 +36,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train_speed, beside this
 
-from mt.data.packing import PackedBatch
 from mt.data.tokenizer import PAD
 
 # Dense bf16 peak (FLOP/s, no sparsity) by a substring of torch.cuda.get_device_name().
@@ -78,8 +77,8 @@ def forward_flops(cfg, tgt_vocab: int, src_len, tgt_len):
 def pair_lengths(batch) -> tuple[np.ndarray, np.ndarray]:
     """Source and target lengths of every pair of a batch (with its EOS, and its BOS or EOS),
     padded or packed: what `forward_flops` counts, padding and other sentences apart."""
-    if isinstance(batch, PackedBatch):  # a pair is a (row, sentence) on both sides
-        rows, length = batch.src_doc.shape
+    if batch.packed is not None:  # a pair is a (row, sentence) on both sides
+        rows, length = batch.packed.src_doc.shape
 
         def count(doc):
             doc = np.asarray(doc)
@@ -87,10 +86,9 @@ def pair_lengths(batch) -> tuple[np.ndarray, np.ndarray]:
                 (np.arange(rows)[:, None] * length + doc)[doc >= 0], None, rows * length
             )
 
-        src, tgt = count(batch.src_doc), count(batch.tgt_doc)
+        src, tgt = count(batch.packed.src_doc), count(batch.packed.tgt_doc)
         return src[src > 0], tgt[src > 0]
-    src, _, tgt_out = batch
-    return (np.asarray(src) != PAD).sum(1), (np.asarray(tgt_out) != PAD).sum(1)
+    return (np.asarray(batch.src) != PAD).sum(1), (np.asarray(batch.labels) != PAD).sum(1)
 
 
 def speed(start: float, ends, tokens, flops) -> dict:

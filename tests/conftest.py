@@ -38,9 +38,10 @@ from mt import checkpoint  # noqa: E402
 from mt.cli import app, main  # noqa: E402
 from mt.config import Config, DataConfig, ModelConfig  # noqa: E402
 from mt.config_file import load_config  # noqa: E402
+from mt.data.batch import Batch  # noqa: E402
 from mt.data.batches import Batches  # noqa: E402
 from mt.data.corpus import corpora  # noqa: E402
-from mt.data.packing import PackedBatch, collate_packed, pack_rows  # noqa: E402
+from mt.data.packing import collate_packed, pack_rows  # noqa: E402
 from mt.data.store import Sentences, Split  # noqa: E402
 from mt.data.tokenizer import BOS, EOS, PAD  # noqa: E402
 from mt.model import Transformer  # noqa: E402
@@ -348,14 +349,14 @@ def packed_corpus(pairs: int = 23, seed: int = 0) -> Split:
     return Split(side[:pairs], side[pairs:])
 
 
-def packed_batches(split: Split, seed: int = 1, epoch: int = 0) -> list[PackedBatch]:
+def packed_batches(split: Split, seed: int = 1, epoch: int = 0) -> list[Batch]:
     src, tgt = split.src, split.tgt
     plans = pack_rows(src.lengths(), tgt.lengths(), PACKED_LENGTH, PACKED_ROWS, seed, epoch)
     return [collate_packed(src, tgt, plan, PACKED_LENGTH, PACKED_ROWS) for plan in plans]
 
 
-def packed_tensors(batch: PackedBatch) -> PackedBatch:
-    return PackedBatch(*(torch.from_numpy(a) for a in batch))
+def packed_tensors(batch: Batch) -> Batch:
+    return batch.map(torch.from_numpy)
 
 
 def packed_model(**overrides) -> Transformer:

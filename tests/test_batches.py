@@ -22,7 +22,8 @@ def split(n: int = 300, seed: int = 0) -> Split:
 
 
 def take(batches: Batches, n: int) -> list[tuple[torch.Tensor, ...]]:
-    return [next(batches) for _ in range(n)]
+    """The next `n` batches, each as its tensors: src, tgt_in, labels and any packing."""
+    return [(*batch[:3], *(batch.packed or ())) for batch in (next(batches) for _ in range(n))]
 
 
 def same(a: list, b: list) -> bool:

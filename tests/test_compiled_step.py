@@ -47,7 +47,7 @@ def test_base_yaml_on_cuda_takes_flexattention(monkeypatch):
 
 def _padded_reference(model, split):
     """Loss, NLL and gradients of every sentence of `split` in one padded batch, eagerly."""
-    src, tgt_in, tgt_out = (torch.from_numpy(a) for a in collate(split, np.arange(len(split))))
+    src, tgt_in, tgt_out, _ = collate(split, np.arange(len(split))).map(torch.from_numpy)
     loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, 0.1)
     loss.backward()
     grads = [p.grad.clone() for p in model.parameters()]
@@ -82,7 +82,7 @@ def test_compiled_training_step_is_one_graph_and_computes_the_padded_model(monke
     counter = CompileCounterWithBackend("aot_eager")
 
     def step(batch):
-        return smoothed_loss(model(batch.src, batch.tgt_in, batch), batch.tgt_out, 0.1)
+        return smoothed_loss(model(batch.src, batch.tgt_in, batch.packed), batch.labels, 0.1)
 
     compiled = torch.compile(step, backend=counter, fullgraph=True, dynamic=False)
     packed_loss = packed_nll = 0.0

@@ -474,7 +474,7 @@ def test_collate_places_bos_eos_and_padding():
         src=[np.array([5, 6, 7], np.int32), np.array([8], np.int32)],
         tgt=[np.array([9, 10], np.int32), np.array([11, 12, 13, 14], np.int32)],
     )
-    src, tgt_in, tgt_out = collate(split, np.array([1, 0]))
+    src, tgt_in, tgt_out, _ = collate(split, np.array([1, 0]))
     assert src.tolist() == [[8, EOS, PAD, PAD], [5, 6, 7, EOS]]
     assert tgt_in.tolist() == [[BOS, 11, 12, 13, 14], [BOS, 9, 10, PAD, PAD]]
     assert tgt_out.tolist() == [[11, 12, 13, 14, EOS], [9, 10, EOS, PAD, PAD]]

@@ -49,13 +49,13 @@ def test_a_packed_row_holds_each_sentence_with_its_own_positions_and_id():
     src, tgt = split.src, split.tgt
     plan = pack_rows(src.lengths(), tgt.lengths(), PACKED_LENGTH, PACKED_ROWS, seed=1, epoch=0)[0]
     batch = collate_packed(src, tgt, plan, PACKED_LENGTH, PACKED_ROWS)
-    assert all(a.shape == (PACKED_ROWS, PACKED_LENGTH) for a in batch)
+    assert all(a.shape == (PACKED_ROWS, PACKED_LENGTH) for a in (*batch[:3], *batch.packed))
     for r in range(PACKED_ROWS):
         pairs = plan.index[plan.row == r]
         expected = {
             "src": [[*split.src[i], EOS] for i in pairs],
             "tgt_in": [[BOS, *split.tgt[i]] for i in pairs],
-            "tgt_out": [[*split.tgt[i], EOS] for i in pairs],
+            "labels": [[*split.tgt[i], EOS] for i in pairs],
         }
         for name, sentences in expected.items():
             flat = [t for s in sentences for t in s]
@@ -66,8 +66,8 @@ def test_a_packed_row_holds_each_sentence_with_its_own_positions_and_id():
                 PACKED_LENGTH - len(flat)
             )
             pos = [p for s in sentences for p in range(len(s))] + [0] * (PACKED_LENGTH - len(flat))
-            assert getattr(batch, f"{side}_doc")[r].tolist() == doc
-            assert getattr(batch, f"{side}_pos")[r].tolist() == pos
+            assert getattr(batch.packed, f"{side}_doc")[r].tolist() == doc
+            assert getattr(batch.packed, f"{side}_pos")[r].tolist() == pos
 
 
 def test_rows_too_short_for_the_longest_sentences_are_refused():
@@ -90,14 +90,14 @@ def test_rows_too_short_for_the_longest_sentences_are_refused():
 def test_packed_rows_compute_what_padded_batches_compute(norm_first):
     split = packed_corpus()
     model = packed_model(norm_first=norm_first)
-    src, tgt_in, tgt_out = (torch.from_numpy(a) for a in collate(split, np.arange(len(split))))
+    src, tgt_in, tgt_out, _ = collate(split, np.arange(len(split))).map(torch.from_numpy)
     loss, nll = smoothed_loss(model(src, tgt_in), tgt_out, 0.1)
     loss.backward()
     padded = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     packed_loss = packed_nll = 0.0
     for batch in map(packed_tensors, packed_batches(split)):  # the last one has an empty row
-        loss_, nll_ = smoothed_loss(model(batch.src, batch.tgt_in, batch), batch.tgt_out, 0.1)
+        loss_, nll_ = smoothed_loss(model(batch.src, batch.tgt_in, batch.packed), batch.labels, 0.1)
         loss_.backward()
         packed_loss, packed_nll = packed_loss + loss_.item(), packed_nll + nll_.item()
     assert packed_loss == pytest.approx(loss.item(), rel=1e-6)
@@ -114,13 +114,15 @@ def test_attention_never_crosses_sentences(monkeypatch, flex):
     monkeypatch.setattr(mt.model, "use_flex", lambda cfg, device_type, training: flex)
     batch = packed_batches(packed_corpus())[0]
     changed = batch._replace(src=batch.src.copy(), tgt_in=batch.tgt_in.copy())
-    source, target = batch.src_doc == 1, batch.tgt_doc == 1  # sentence 1 of every row
+    source, target = batch.packed.src_doc == 1, batch.packed.tgt_doc == 1  # sentence 1 of every row
     changed.src[source & (batch.src != EOS)] = 4
     changed.tgt_in[target & (batch.tgt_in != BOS)] = 5
     model = packed_model().eval()
     with torch.no_grad():
-        before, after = (model(b.src, b.tgt_in, b) for b in map(packed_tensors, (batch, changed)))
-    others = torch.from_numpy(~target & (batch.tgt_doc >= 0))
+        before, after = (
+            model(b.src, b.tgt_in, b.packed) for b in map(packed_tensors, (batch, changed))
+        )
+    others = torch.from_numpy(~target & (batch.packed.tgt_doc >= 0))
     torch.testing.assert_close(after[others], before[others], rtol=1e-5, atol=1e-5)
     assert (after[target] - before[target]).abs().amax(-1).min() > 1e-3
 
@@ -134,7 +136,9 @@ def test_packed_batches_of_one_run_are_compiled_once(monkeypatch, flex):
     compiled = torch.compile(model, backend=counter)
     for batch in map(packed_tensors, packed_batches(packed_corpus(60))[:3]):
         with torch.set_grad_enabled(not flex):
-            loss, _ = smoothed_loss(compiled(batch.src, batch.tgt_in, batch), batch.tgt_out, 0.1)
+            loss, _ = smoothed_loss(
+                compiled(batch.src, batch.tgt_in, batch.packed), batch.labels, 0.1
+            )
         if not flex:
             loss.backward()
     assert counter.frame_count == 1

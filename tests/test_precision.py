@@ -85,7 +85,7 @@ def test_auto_precision_on_a_cpu_is_measured_by_the_clock(fp32_s, bf16_s, chosen
             now[0] += 100.0 if len(passes) < 2 else seconds
             passes.append(dtype)
             with mt.device.autocast(CPU, dtype):
-                return smoothed_loss(model(b.src, b.tgt_in, b), b.tgt_out, 0.1)
+                return smoothed_loss(model(b.src, b.tgt_in, b.packed), b.labels, 0.1)
 
         return forward
 

@@ -22,7 +22,7 @@ def test_a_failing_compiler_leaves_a_warning_and_an_uncompiled_step(monkeypatch)
     batch = packed_tensors(packed_batches(packed_corpus())[0])
 
     def forward(b):
-        return smoothed_loss(model(b.src, b.tgt_in, b), b.tgt_out, 0.1)
+        return smoothed_loss(model(b.src, b.tgt_in, b.packed), b.labels, 0.1)
 
     def broken(gm, inputs):
         raise RuntimeError("no C++ compiler on this machine")
@@ -69,7 +69,7 @@ def test_a_block_mask_that_fails_leaves_a_warning_and_dense_masks(monkeypatch):
     batch = packed_tensors(packed_batches(packed_corpus())[0])
 
     def forward(b):
-        return smoothed_loss(model(b.src, b.tgt_in, b), b.tgt_out, 0.1)
+        return smoothed_loss(model(b.src, b.tgt_in, b.packed), b.labels, 0.1)
 
     def broken(*args, **kwargs):
         raise RuntimeError("injected: no block mask")

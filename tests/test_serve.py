@@ -30,6 +30,7 @@ from mt.decoding.pieces import source_pieces
 from mt.formats import FILE_FORMATS
 from mt.model import max_sentence_tokens
 from mt.serve import app as serve_app
+from mt.serve.access import Access
 from mt.serve.batcher import Service, Settings
 from mt.serve.requests import FORM_TYPE, JSON_TYPE
 from mt.text import translate_texts_nbest
@@ -54,11 +55,18 @@ def loader(model: Path) -> Callable[[], Translator]:
 
 
 @contextmanager
-def serving(open_model: Callable[[], Translator], **settings):
+def serving(
+    open_model: Callable[[], Translator],
+    access: Access | None = None,
+    public_url: str | None = None,
+    trusted_proxies: str = "",
+    **settings,
+):
     """An in-process server on a free port: (its URL, its Service)."""
     service = Service(open_model, Settings(**settings))
     sock = serve_app.listen("127.0.0.1", 0)
-    server = serve_app.server(serve_app.create_app(service))
+    app = serve_app.create_app(service, access, public_url)
+    server = serve_app.server(app, service.settings.max_connections, trusted_proxies)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -244,8 +252,9 @@ def test_libretranslate_clients_drive_it(server, tmp_path):
         file = tmp_path / "phrases.txt"
         file.write_text("Hello.\n\nI love you.\n", encoding="utf-8")
         url = client.translate_file(file, "en", "es").translated_file_url
-        assert url.startswith(f"http://{address}/download_file/") and url.endswith("phrases.txt")
-        with urllib.request.urlopen(url) as got:  # clients hand the URL on: a plain GET
+        # relative to the server (never built from the Host header); a plain GET
+        assert url.startswith("/download_file/") and url.endswith("phrases.txt")
+        with urllib.request.urlopen(f"http://{address}{url}") as got:
             hello, love = want[0][0][0], want[1][0][0]
             assert got.read().decode() == f"{hello}\n\n{love}\n"
             assert "filename*=UTF-8''phrases.txt" in got.headers["content-disposition"]
@@ -274,7 +283,7 @@ def test_a_file_is_translated_a_request_of_lines_at_a_time(model):
             address, "/translate_file", *multipart("a.txt", "\n".join(lines).encode())
         )
         assert got == 200 and sizes == [2, 2, 1]  # the 5 lines that are not blank
-        with urllib.request.urlopen(answer["translatedFileUrl"]) as f:
+        with urllib.request.urlopen(f"http://{address}{answer['translatedFileUrl']}") as f:
             translated = f.read().decode().splitlines()
         want = [x[0][0] for x in expected(service, [t for t in lines if t], service.beam, 1)]
         assert [t for t in translated if t] == [t.strip() for t in want] and translated[1] == ""

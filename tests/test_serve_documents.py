@@ -64,7 +64,7 @@ def test_the_libretranslate_client_drives_html_and_files(server, tmp_path):
         for name in ("page.html", "letter.docx"):
             url = client.translate_file(tmp_path / name, "en", "es").translated_file_url
             assert url.endswith(name)
-            with urllib.request.urlopen(url) as answer:
+            with urllib.request.urlopen(f"http://{address}{url}") as answer:
                 data = answer.read()
             want = local(service, [read_document(name, (tmp_path / name).read_bytes())])[0]
             assert data == want or name.endswith(".docx")  # a zip's timestamps differ

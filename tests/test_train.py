@@ -218,9 +218,9 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
     run = tmp_path / "run"
     train(tiny_config(corpus_file, run, "train.max_steps=2"))
     good = weights(run)
-    import mt.training.update as mt_update
+    import mt.training.loss as mt_loss
 
-    real = mt_update.smoothed_loss
+    real = mt_loss.smoothed_loss
     calls = {"n": 0}
 
     def sometimes_nan(logits, target, epsilon, pad):
@@ -228,14 +228,12 @@ def test_non_finite_losses_are_skipped_then_stop(corpus_file, tmp_path, monkeypa
         loss, nll = real(logits, target, epsilon, pad)
         return (loss * math.nan, nll) if calls["n"] == 1 else (loss, nll)
 
-    monkeypatch.setattr(mt_update, "smoothed_loss", sometimes_nan)
+    monkeypatch.setattr(mt_loss, "smoothed_loss", sometimes_nan)
     result = train(tiny_config(corpus_file, run, "train.max_steps=4"))
     assert result["step"] == 4
     assert "non-finite loss" in capsys.readouterr().err
 
-    monkeypatch.setattr(
-        mt_update, "smoothed_loss", lambda *a: (real(*a)[0] * math.nan, real(*a)[1])
-    )
+    monkeypatch.setattr(mt_loss, "smoothed_loss", lambda *a: (real(*a)[0] * math.nan, real(*a)[1]))
     with pytest.raises(Unhealthy, match="diverged: the loss was not a finite number in 5 "):
         train(tiny_config(corpus_file, run, "train.max_steps=20"))
     after = weights(run)  # the last good checkpoint is still there and loads

@@ -18,7 +18,7 @@ places that choose, by `pack_length`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -27,12 +27,11 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from .packing import PackedBatch, Rows, collate_packed, pack_rows
+from .batch import Batch
+from .packing import Rows, collate_packed, pack_rows
 from .store import Split
 from .tokenizer import PAD, SPECIALS, Specials
 
-Batch = tuple[torch.Tensor, ...]  # src (B, S), tgt_in (B, T), tgt_out (B, T): int64, padded;
-# packed, a PackedBatch: those three and where each row's sentences lie, all (rows, length)
 MAXI = 1 << 16  # sentences batched together
 BLOCK = 1 << 8  # neighbours in the store that an epoch keeps in one maxi-batch
 
@@ -189,19 +188,12 @@ class Batches:
             arrays = collate(plan.split, batch, self.specials)
         plan.split.src.release()  # a batch's pages read: unmapped (`Sentences.release`)
         plan.split.tgt.release()
-        tensors = map_batch(torch.from_numpy, arrays)
-        return map_batch(torch.Tensor.pin_memory, tensors) if self.pin else tensors
+        tensors = arrays.map(torch.from_numpy)
+        return tensors.map(torch.Tensor.pin_memory) if self.pin else tensors
 
     def close(self) -> None:
         if self._pool:
             self._pool.shutdown(cancel_futures=True)
-
-
-def map_batch(fn: Callable[[Any], Any], batch: Iterable) -> tuple:
-    """`fn` applied to every array (or tensor) of a batch, padded or packed: a PackedBatch
-    stays one, a padded batch (src, tgt_in, tgt_out) is a tuple."""
-    items = map(fn, batch)
-    return type(batch)(*items) if isinstance(batch, PackedBatch) else tuple(items)
 
 
 def token_batches(
@@ -237,13 +229,12 @@ def token_batches(
     return batches
 
 
-def collate(
-    split: Split, index: np.ndarray, specials: Specials = SPECIALS
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Padded arrays for a batch: src + EOS, BOS + tgt (decoder input), tgt + EOS (labels)."""
+def collate(split: Split, index: np.ndarray, specials: Specials = SPECIALS) -> Batch:
+    """The padded batch of sentences `index`: src + EOS, BOS + tgt (decoder input), tgt + EOS
+    (labels)."""
     src, tgt = split.src.take(index), split.tgt.take(index)
     pad, bos, eos = specials
-    return (
+    return Batch(
         padded(*src, suffix=eos, pad=pad),
         padded(*tgt, prefix=bos, pad=pad),
         padded(*tgt, suffix=eos, pad=pad),

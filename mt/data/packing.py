@@ -20,12 +20,13 @@ import numpy as np
 
 from ..config import Config, longest_sequence
 from ..errors import ConfigError
+from .batch import Batch, Packing
 from .store import Sentences
 from .tokenizer import SPECIALS, Specials
 
 ROW_MULTIPLE = 128  # default row lengths are multiples of FlexAttention's block size
 
-__all__ = ["PackedBatch", "Rows", "collate_packed", "pack_rows", "row_length"]
+__all__ = ["Rows", "collate_packed", "pack_rows", "row_length"]
 
 
 class Rows(NamedTuple):
@@ -33,18 +34,6 @@ class Rows(NamedTuple):
 
     index: np.ndarray  # (n,) sentence ids
     row: np.ndarray  # (n,) row of each, 0 .. rows - 1
-
-
-class PackedBatch(NamedTuple):
-    """A packed batch (numpy arrays, or the same as tensors), every field (rows, length)."""
-
-    src: np.ndarray  # source + EOS per sentence, PAD after the last one
-    tgt_in: np.ndarray  # BOS + target (decoder input)
-    tgt_out: np.ndarray  # target + EOS (labels)
-    src_doc: np.ndarray  # which sentence of its row each token belongs to; -1: padding
-    tgt_doc: np.ndarray
-    src_pos: np.ndarray  # position of each token in its sentence (0 at padding)
-    tgt_pos: np.ndarray
 
 
 def row_length(config: Config, device_type: str) -> int:
@@ -116,23 +105,25 @@ def collate_packed(
     length: int,
     rows: int,
     specials: Specials = SPECIALS,
-) -> PackedBatch:
+) -> Batch:
     """The arrays of a batch planned by `pack_rows`, (rows, length) each: gathered and
     scattered by index, with no loop over the sentences (a GPU batch holds thousands)."""
     grid = (rows, length)
     src_cell, src_doc, src_pos, src_at, src_last = _layout(src, plan, length)
     tgt_cell, tgt_doc, tgt_pos, tgt_at, tgt_last = _layout(tgt, plan, length)
     pad, bos, eos = specials
-    return PackedBatch(
+    return Batch(
         _grid(src_cell, np.where(src_last, eos, src.ids.take(src_at, mode="clip")), pad, grid),
         _grid(
             tgt_cell, np.where(tgt_pos == 0, bos, tgt.ids.take(tgt_at - 1, mode="clip")), pad, grid
         ),
         _grid(tgt_cell, np.where(tgt_last, eos, tgt.ids.take(tgt_at, mode="clip")), pad, grid),
-        _grid(src_cell, src_doc, -1, grid),
-        _grid(tgt_cell, tgt_doc, -1, grid),
-        _grid(src_cell, src_pos, 0, grid),
-        _grid(tgt_cell, tgt_pos, 0, grid),
+        Packing(
+            _grid(src_cell, src_doc, -1, grid),
+            _grid(tgt_cell, tgt_doc, -1, grid),
+            _grid(src_cell, src_pos, 0, grid),
+            _grid(tgt_cell, tgt_pos, 0, grid),
+        ),
     )
 
 

@@ -288,11 +288,35 @@ def read_glossary(path: str) -> dict[str, str]:
 
 def glossary_terms(glossary: dict[str, str], texts: Sequence[str]) -> list[list[str]]:
     """For each text, the target terms of the glossary's source terms it contains (as whole
-    words, whatever the case)."""
+    words, whatever the case), in the glossary's order. Texts and terms are cut alike into
+    tokens (a run of word characters, or any other character), the terms put in a trie of
+    their tokens, and the trie walked from each token of a text that may start a term: the
+    work is a text's tokens times the longest term's, whatever the glossary's size (a regex a
+    term, searched in every text, took seconds for 20,000 terms)."""
     import re
 
-    patterns = [(re.compile(rf"(?<!\w){re.escape(s)}(?!\w)", re.I), t) for s, t in glossary.items()]
-    return [[t for pattern, t in patterns if pattern.search(text)] for text in texts]
+    tokens = re.compile(r"(\w+)|\W").finditer
+    trie: dict = {}
+    for number, source in enumerate(glossary):
+        node = trie
+        for token in tokens(source.lower()):
+            node = node.setdefault(token[0], {})
+        node.setdefault(None, []).append(number)  # None: a term ends here
+    targets = list(glossary.values())
+    found = []
+    for text in texts:
+        words = [(token[0], token[1] is not None) for token in tokens(text.lower())]
+        hits: set[int] = set()
+        for start, (_, word) in enumerate(words):
+            if start and words[start - 1][1] and not word:
+                continue  # as (?<!\w): not right after a word
+            node, at = trie, start
+            while at < len(words) and (node := node.get(words[at][0])) is not None:
+                at += 1
+                if None in node and (at == len(words) or not words[at][1]):  # as (?!\w)
+                    hits.update(node[None])
+        found.append([targets[number] for number in sorted(hits)])
+    return found
 
 
 def read_constraints(path: str, count: int) -> list[list[str]]:

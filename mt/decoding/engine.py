@@ -135,19 +135,22 @@ class Translator(ABC):
         """(name, metadata with the step, validation BLEU or None)."""
 
     def info(self) -> dict[str, Any]:
-        """What the model is: name, path, step, validation BLEU, engine, device, languages
-        and config (`mt serve`'s /info)."""
+        """What the model is, as `mt serve`'s /info shows anyone: name, step, validation BLEU,
+        engine, device, languages, and the model's and decoding's config. No path: where the
+        model and its data lie is the server's business."""
         name, meta, bleu = self._described()
+        config = self.config.to_dict()
+        if config["decode"]["ensemble"]:  # checkpoints' paths: their names only
+            config["decode"]["ensemble"] = [Path(p).name for p in config["decode"]["ensemble"]]
         return {
             "model": name,
-            "path": str(self.path),
             "step": int(meta.get("step", 0)),
             "valid_bleu": bleu,
             "engine": self.engine,
             "device": str(self.device),
             "source": self.config.data.src_lang,
             "target": self.config.data.tgt_lang,
-            "config": self.config.to_dict(),
+            "config": {"model": config["model"], "decode": config["decode"]},
         }
 
 

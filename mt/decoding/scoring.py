@@ -47,12 +47,10 @@ def teacher_forced(
     and what `measure` makes of the decoder's logits (B, T, V) given the reference prefix
     and the labels (B, T). The logits are gone before the next batch's pass."""
     for index in token_batches(*lengths, budget, 0, 0, shuffle=False):
-        src, tgt_in, tgt_out = (
-            torch.from_numpy(a).to(device) for a in collate(split, index, model.specials)
-        )
+        batch = collate(split, index, model.specials).map(lambda a: torch.from_numpy(a).to(device))
         with autocast(device, dtype):
-            logits = model(src, tgt_in)
-        measured = measure(logits, tgt_out)
+            logits = model(batch.src, batch.tgt_in)
+        measured = measure(logits, batch.labels)
         del logits
         yield index, measured
 

@@ -18,6 +18,8 @@ in eval mode first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -129,6 +131,16 @@ class Strategy(Protocol):
         ...
 
 
+class Abandoned(BaseException):
+    """A search stopped because nobody waits for its result (`abandoned`). A BaseException,
+    as asyncio's CancelledError is, so that no fallback's `except Exception` retries it."""
+
+
+# The caller's way to stop a search whose result nobody waits for any more (mt serve: every
+# client of a batch has left): asked before every step, in the caller's own thread.
+abandoned: ContextVar[Callable[[], bool]] = ContextVar("abandoned", default=lambda: False)
+
+
 @torch.inference_mode()
 def search(
     model: Transformer,
@@ -174,7 +186,10 @@ def _search(
     sent = torch.arange(src.size(0), device=src.device)  # (N,) sentence of each group of k rows
     history = src.new_full((len(sent) * k, steps), specials.pad_id)  # (N * k, steps) tokens so far
     tokens = src.new_full((len(sent) * k,), specials.bos_id)
+    gone = abandoned.get()
     for t in range(steps):
+        if gone():
+            raise Abandoned
         scores = decode_step(tokens)  # (N * k, V) logits
         if strategy.log_probs:  # float32 whatever the step's precision
             scores = scores.float().log_softmax(-1)

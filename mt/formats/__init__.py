@@ -1,7 +1,8 @@
 """Documents translated with their layout kept: HTML pages and fragments, .docx, .odt, .srt
 subtitles and plain text, each read into blocks of pieces (pieces.py) and written back.
 
-`read_document(name, data)` reads a file by its suffix; `translate_documents(documents,
+`read_document(name, data, max_chars)` reads a file by its suffix, its cost bounded
+(limits.py: its text within `max_chars`, a zip within caps); `translate_documents(documents,
 translate)` translates documents with one call of `translate` (texts in, translations out, in
 order), so that their texts are decoded in the usual batches."""
 
@@ -9,48 +10,44 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import ConfigError
+from .limits import DocumentError, DocumentTooLarge, TextLimit
 from .pieces import Document, Translate, translate_documents
 
-__all__ = ["FILE_FORMATS", "Document", "DocumentError", "Translate", "read_document"]
-__all__ += ["read_markup", "translate_documents"]
+__all__ = ["FILE_FORMATS", "Document", "DocumentError", "DocumentTooLarge", "Translate"]
+__all__ += ["read_document", "read_markup", "translate_documents"]
 
 
-class DocumentError(ConfigError):
-    """A document that cannot be read: not of its type, broken, or with nothing to translate."""
-
-
-def _html(data: bytes) -> Document:
+def _html(data: bytes, limit: TextLimit) -> Document:
     from .html import read_html
 
-    return read_html(_utf8(data))
+    return read_html(_utf8(data), limit)
 
 
-def _text(data: bytes) -> Document:
+def _text(data: bytes, limit: TextLimit) -> Document:
     from .plain import read_text
 
-    return read_text(_utf8(data))
+    return read_text(_utf8(data), limit)
 
 
-def _srt(data: bytes) -> Document:
+def _srt(data: bytes, limit: TextLimit) -> Document:
     from .subtitles import read_srt
 
-    return read_srt(_utf8(data))
+    return read_srt(_utf8(data), limit)
 
 
-def _docx(data: bytes) -> Document:
+def _docx(data: bytes, limit: TextLimit) -> Document:
     from .office import read_docx
 
-    return read_docx(data)
+    return read_docx(data, limit)
 
 
-def _odt(data: bytes) -> Document:
+def _odt(data: bytes, limit: TextLimit) -> Document:
     from .office import read_odt
 
-    return read_odt(data)
+    return read_odt(data, limit)
 
 
-READERS: dict[str, Callable[[bytes], Document]] = {
+READERS: dict[str, Callable[[bytes, TextLimit], Document]] = {
     ".txt": _text,
     ".html": _html,
     ".htm": _html,
@@ -72,14 +69,18 @@ def _utf8(data: bytes) -> str:
         raise NotText(f"not UTF-8 text (byte {e.start})") from None
 
 
-def read_document(name: str, data: bytes) -> Document:
+def read_document(name: str, data: bytes, max_chars: int | None = None) -> Document:
     """The file `name` (its suffix says its format) read from `data`, or a DocumentError
-    naming it: a format not supported, a broken file, a file with no text."""
+    naming it: a format not supported, a broken file, a file with no text; DocumentTooLarge
+    for one past its limits (limits.py: more text or blocks than `max_chars`, None: no
+    limit; a zip past its caps)."""
     suffix = "." + name.rpartition(".")[2].lower() if "." in name else ""
     if suffix not in READERS:
         raise DocumentError(f"{name}: file format not supported (only {', '.join(FILE_FORMATS)})")
     try:
-        document = READERS[suffix](data)
+        document = READERS[suffix](data, TextLimit(name, max_chars))
+    except DocumentError:
+        raise
     except NotText as e:
         raise DocumentError(f"{name}: {e}") from None
     except Exception as e:  # whatever the library raises for a broken file: a zip that is
@@ -91,12 +92,16 @@ def read_document(name: str, data: bytes) -> Document:
     return document
 
 
-def read_markup(text: str, where: str) -> Document:
+def read_markup(text: str, where: str, max_chars: int | None = None) -> Document:
     """An HTML text (a /translate `q` or an argument of mt translate --format html), or a
-    DocumentError naming `where` if it holds no text, markup only."""
+    DocumentError naming `where` if it holds no text, markup only; DocumentTooLarge if its
+    text (not its markup) is longer than `max_chars` (None: no limit)."""
     from .html import read_html
 
-    document = read_html(text)
+    document = read_html(text, TextLimit(where))  # read whole: its count is exact
     if not document.units:
         raise DocumentError(f"{where}: no text to translate (markup only)")
+    chars = sum(len(unit) for unit in document.units)
+    if max_chars is not None and chars > max_chars:
+        raise DocumentTooLarge(f"{where}: {chars} characters of text, at most {max_chars}")
     return document

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .limits import TextLimit
 from .pieces import Block, Document
 
 # Phrasing elements a sentence runs through; void ones (img, wbr) sit inside it too.
@@ -29,18 +30,20 @@ UNTOUCHED = {  # their content is code, or not text a reader sees
     *("script", "style", "pre", "textarea", "template", "svg", "math", "noscript", "iframe"),
     *("object", "canvas"),
 }
-DOCUMENT_START = re.compile(r"\s*(?:<!--.*?-->\s*)*<(?:!doctype|html|head|body)[\s>/]", re.I | re.S)
+SPACES = re.compile(r"\s*")
+DOCUMENT_TAG = re.compile(r"<(?:!doctype|html|head|body)[\s>/]", re.I)
 
 
-def read_html(text: str) -> Document:
-    """An HTML document or fragment (what it starts with says which) as blocks."""
+def read_html(text: str, limit: TextLimit) -> Document:
+    """An HTML document or fragment (what it starts with says which) as blocks, each counted
+    by `limit`."""
     from selectolax.lexbor import LexborHTMLParser
 
-    whole = bool(DOCUMENT_START.match(text))
+    whole = _whole(text)
     tree = LexborHTMLParser(text, is_fragment=not whole)
     top = [tree.root] if whole else _siblings(tree.root)
     runs = [run for run in _runs(top) if run]
-    blocks = [Block([_text(n, kept) for n, kept in run]) for run in runs]
+    blocks = [limit.count(Block([_text(n, kept) for n, kept in run]), "block") for run in runs]
     for block, run in zip(blocks, runs):
         block.kept |= {i for i, (_, kept) in enumerate(run) if kept}
 
@@ -52,6 +55,20 @@ def read_html(text: str) -> Document:
         return (tree.html or "").encode("utf-8")
 
     return Document(blocks, write)
+
+
+def _whole(text: str) -> bool:
+    """Whether `text` is a page, not a fragment: after spaces and comments, a doctype or an
+    <html>, <head> or <body> tag. A scan rather than one regex: a regex's comments, each
+    free to end at any later "-->", backtrack exponentially when no tag follows a run of
+    them (<!----> 26 times and an x: 13 s)."""
+    at = SPACES.match(text).end()
+    while text.startswith("<!--", at):
+        end = text.find("-->", at + 4)
+        if end < 0:
+            return False
+        at = SPACES.match(text, end + 3).end()
+    return DOCUMENT_TAG.match(text, at) is not None
 
 
 def _siblings(node: Any) -> list[Any]:

@@ -1,28 +1,32 @@
 """Word processor files: .docx (python-docx) and .odt (odfdo), a paragraph or heading a block
 and its runs (spans, links) its pieces, so that styles, bold and italic runs, tables, headers
-and footers stay as they were; only the text inside runs changes."""
+and footers stay as they were; only the text inside runs changes. The zip is checked before
+either library opens it, and the paragraphs are counted as they are walked (limits.py)."""
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .limits import TextLimit, unzipped
 from .pieces import Block, Document
 
 Piece = tuple[str, Callable[[str], None] | None]  # its text, how to replace it (None: kept)
+ODF_TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"  # the text: prefix, as lxml writes it
 
 
-def read_docx(data: bytes) -> Document:
+def read_docx(data: bytes, limit: TextLimit) -> Document:
     """A .docx file's paragraphs as blocks of runs: the body's (tables, content controls and
     text boxes included), the headers' and the footers'."""
     import docx
 
-    document = docx.Document(io.BytesIO(data))
-    paragraphs = [
+    document = docx.Document(unzipped(data, limit.where))
+    paragraphs = (
         p for part in (document, *_headers_and_footers(document)) for p in _docx_paragraphs(part)
-    ]
-    return _document([[_docx_run(r) for r in _docx_runs(p)] for p in paragraphs], document.save)
+    )
+    pieces = ([_docx_run(r) for r in _docx_runs(*p)] for p in paragraphs)
+    return _document(pieces, document.save, limit)
 
 
 def _headers_and_footers(document: Any) -> Iterator[Any]:
@@ -32,22 +36,29 @@ def _headers_and_footers(document: Any) -> Iterator[Any]:
                 yield part
 
 
-def _docx_paragraphs(container: Any) -> Iterator[Any]:
+def _docx_paragraphs(container: Any) -> Iterator[tuple[Any, Any]]:
     """Every paragraph of a document, header or footer, in order, however deep: in table
     cells (a merged cell once), content controls and text boxes, which python-docx's
-    iter_inner_content does not reach."""
+    iter_inner_content does not reach; its element and its Paragraph each."""
     from docx.oxml.ns import qn
     from docx.text.paragraph import Paragraph
 
     for p in container.part.element.iter(qn("w:p")):
-        yield Paragraph(p, container)
+        yield p, Paragraph(p, container)
 
 
-def _docx_runs(paragraph: Any) -> Iterator[Any]:
+def _docx_runs(p: Any, paragraph: Any) -> Iterator[Any]:
+    """The runs of paragraph `p`, those in its links too: its iter_inner_content's, found by
+    lxml rather than by python-docx's XPath (20 µs a paragraph, an empty one too)."""
+    from docx.oxml.ns import qn
     from docx.text.hyperlink import Hyperlink
+    from docx.text.run import Run
 
-    for item in paragraph.iter_inner_content():
-        yield from item.runs if isinstance(item, Hyperlink) else [item]
+    for item in p.iterchildren(qn("w:r"), qn("w:hyperlink")):
+        if item.tag == qn("w:hyperlink"):
+            yield from Hyperlink(item, paragraph).runs
+        else:
+            yield Run(item, paragraph)
 
 
 def _docx_run(run: Any) -> Piece:
@@ -57,18 +68,19 @@ def _docx_run(run: Any) -> Piece:
     return run.text, lambda text: setattr(run, "text", text)
 
 
-def read_odt(data: bytes) -> Document:
+def read_odt(data: bytes, limit: TextLimit) -> Document:
     """An .odt file's paragraphs and headings (body, tables, frames) as blocks of spans."""
     import odfdo
 
-    document = odfdo.Document(io.BytesIO(data))
+    document = odfdo.Document(unzipped(data, limit.where))
     if document.get_type() != "text":
         raise ValueError(f"an OpenDocument {document.get_type()}, not a text document")
-    paragraphs = document.body.get_elements("descendant::text:p | descendant::text:h")
+    # lxml's iter, in document order as the XPath "descendant::text:p | descendant::text:h"
+    # but one at a time: get_elements would wrap every paragraph before the first is counted
+    paragraphs = document.body._xml_element.iter(f"{ODF_TEXT}p", f"{ODF_TEXT}h")
     # a note's or a frame's paragraphs are blocks of their own, kept whole in the outer one
-    return _document(
-        [list(_odt_pieces(p)) for p in paragraphs], lambda out: _save_odt(document, out)
-    )
+    pieces = (list(_odt_pieces(odfdo.Element.from_tag(p))) for p in paragraphs)
+    return _document(pieces, lambda out: _save_odt(document, out), limit)
 
 
 def _save_odt(document: Any, out: io.BytesIO) -> None:
@@ -94,11 +106,17 @@ def _odt_pieces(element: Any) -> Iterator[Piece]:
         yield child.tail or "", lambda text, child=child: setattr(child, "tail", text)
 
 
-def _document(paragraphs: list[list[Piece]], save: Callable[[io.BytesIO], None]) -> Document:
-    """The blocks of `paragraphs`, written back by setting each piece and saving."""
-    blocks = [Block([text for text, _ in pieces]) for pieces in paragraphs]
-    for block, pieces in zip(blocks, paragraphs):
-        block.kept |= {i for i, (_, replace) in enumerate(pieces) if replace is None}
+def _document(
+    walk: Iterable[list[Piece]], save: Callable[[io.BytesIO], None], limit: TextLimit
+) -> Document:
+    """The blocks of the paragraphs `walk` reads (each as its pieces), each counted by `limit`
+    as it is read, written back by setting each piece and saving."""
+    paragraphs, blocks = [], []
+    for pieces in walk:
+        kept = {i for i, (_, replace) in enumerate(pieces) if replace is None}
+        blocks.append(limit.count(Block([text for text, _ in pieces], kept), "paragraph"))
+        # one without text is written back as it is: no hold on its elements (memory)
+        paragraphs.append(pieces if blocks[-1].source else [])
 
     def write(found: list[list[str]]) -> bytes:
         for pieces, texts in zip(paragraphs, found):

@@ -14,6 +14,7 @@ target language that reorders a phrase moves the words, never the tags.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -145,26 +146,45 @@ def _fill(cuts: list[int | None], weights: list[int], inside: list[bool], text: 
     between them, each moved to the nearest word start (never before the cut before it)
     unless the source cuts inside a word there too."""
     known = [i for i, c in enumerate(cuts) if c is not None]
+    breaks = [p + 1 for p, c in enumerate(text) if c.isspace()]  # where a word may start
+    solid = [p for p, c in enumerate(text) if not c.isspace()]
     for a, b in itertools.pairwise(known):
         low, high = cuts[a], cuts[b]
         words = text[low:high]
         first, last = low + len(words) - len(words.lstrip()), low + len(words.rstrip())
-        total = sum(weights[a:b]) or 1
+        total, before = sum(weights[a:b]) or 1, 0
         for j in range(a + 1, b):
-            at = first + (last - first) * sum(weights[a:j]) / total
+            before += weights[j - 1]  # the weights of the pieces a to j - 1
+            at = first + (last - first) * before / total
             if inside[j]:
                 cuts[j] = min(max(round(at), cuts[j - 1]), high)
             else:
-                cuts[j] = _word_start(text, at, cuts[j - 1], high, weights[j - 1] > 0)
+                cuts[j] = _word_start(breaks, solid, at, cuts[j - 1], high, weights[j - 1] > 0)
 
 
-def _word_start(text: str, at: float, low: int, high: int, word: bool) -> int:
-    """The position nearest `at` in [low, high] where a word starts (or an end of the range);
-    with `word`, one that leaves a word to the piece before it if one before `high` does (a
-    bold word gets a word, not an empty <b></b>)."""
-    starts = [p for p in range(low, high + 1) if p in (low, high) or text[p - 1].isspace()]
-    some = [p for p in starts if p < high and text[low:p].strip()]
-    return min(some if word and some else starts, key=lambda p: (abs(p - at), p))
+def _word_start(
+    breaks: list[int], solid: list[int], at: float, low: int, high: int, word: bool
+) -> int:
+    """The position nearest `at` in [low, high] where a word starts (after a space: one of
+    `breaks`) or an end of the range; with `word`, one that leaves a word to the piece before
+    it (a non-space character: one of `solid`) if one before `high` does (a bold word gets a
+    word, not an empty <b></b>). Both lists in order, searched by bisection: a block may
+    have thousands of pieces, and a scan of the range for each was quadratic."""
+
+    def near(lo: int, hi: int) -> list[int]:  # the breaks in [lo, hi] either side of `at`
+        first, last = bisect.bisect_left(breaks, lo), bisect.bisect_right(breaks, hi)
+        i = bisect.bisect_left(breaks, at, first, last)
+        return breaks[max(i - 1, first) : min(i + 1, last)]
+
+    def nearest(found: list[int]) -> int:
+        return min(found, key=lambda p: (abs(p - at), p))
+
+    start = bisect.bisect_left(solid, low)  # the range's first non-space character
+    if word and start < len(solid) and solid[start] < high:
+        some = near(solid[start] + 1, high - 1)
+        if some:
+            return nearest(some)
+    return nearest([low, high, *near(low, high)])
 
 
 def _spacing(piece: str) -> tuple[str, str]:

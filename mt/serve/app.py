@@ -5,6 +5,12 @@ The model loads after the port is bound: until it is ready, /health and /transla
 503. SIGINT or SIGTERM stops accepting connections, finishes the requests in flight (at most
 `STOP_SECONDS`) and exits 0.
 
+What uvicorn leaves open, set as nginx sets it: a request's line and headers at most
+`MAX_HEAD_BYTES` (431 beyond) and all in within `HEAD_SECONDS` (408), a body within
+requests.BODY_SECONDS, at most --max-connections connections (503), X-Forwarded-For believed
+only from --trusted-proxies. Every answer carries `X-Content-Type-Options: nosniff` and a
+Content-Security-Policy that forbids framing; the log escapes what the client wrote.
+
 Starlette and uvicorn are an optional extra (pip install 'mt[serve]', with httptools and uvloop,
 which uvicorn picks up: a fifth of the CPU time a request), imported only in the functions
 that run a server: training never imports them.
@@ -12,8 +18,10 @@ that run a server: training never imports them.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -23,19 +31,30 @@ from ..errors import ConfigError, MachineError
 if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays quick
     from ..decoding.engine import Translator
 
+from .access import Access
 from .api import Api, error
 from .batcher import STOP_SECONDS, Service, Settings, log
 
+MAX_HEAD_BYTES = 16 << 10  # a request's line and headers (uvicorn's h11 default)
+HEAD_SECONDS = 8  # from a request's first byte (or the connection) to the end of its headers
+# every answer's: no MIME sniffing, no framing (the page sets a stricter policy of its own)
+HEADERS = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+]
 
-def create_app(service: Service) -> Any:
-    """The Starlette application of `service`, its access log included."""
+
+def create_app(service: Service, access: Access | None = None, public_url: str | None = None):
+    """The Starlette application of `service`, its access log and headers included."""
     from contextlib import asynccontextmanager
 
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.routing import Route
 
-    api = Api(service)
+    api = Api(service, access or Access(), public_url)
 
     async def http_error(request: Any, e: HTTPException) -> Any:
         return error(e.status_code, e.detail)
@@ -71,7 +90,9 @@ def create_app(service: Service) -> Any:
 
 
 def access_log(app: Any) -> Any:
-    """One stderr line a request: client, method, path, status, texts, milliseconds."""
+    """One stderr line a request: client, method, path, status, texts, milliseconds; and
+    HEADERS on every answer. A request cancelled at stop (its grace over) ends quietly."""
+    import asyncio
 
     async def logged(scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -81,20 +102,97 @@ def access_log(app: Any) -> Any:
         async def sending(message: dict) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                names = {name for name, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in HEADERS if k not in names]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
             await send(message)
 
         try:
             await app(scope, receive, sending)
+        except asyncio.CancelledError:
+            status[0] = status[0] or "cancelled at stop"
         finally:
             host, port = scope.get("client") or ("-", 0)
             texts = f" {scope['mt.texts']} texts" if "mt.texts" in scope else ""
             ms = (time.perf_counter() - started) * 1000
-            log(
-                f'{host}:{port} "{scope["method"]} {scope["path"]}" {status[0] or "-"}'
-                f"{texts} {ms:.0f} ms"
-            )
+            said = printable(f'{host}:{port} "{scope["method"]} {scope["path"]}"')
+            log(f"{said} {status[0] or '-'}{texts} {ms:.0f} ms")
 
     return logged
+
+
+def printable(text: str) -> str:
+    """`text` with every control or non-printing character escaped (\\n, \\x1b ...): what a
+    client wrote cannot forge log lines or drive a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def guarded_protocol() -> type:
+    """uvicorn's httptools protocol with the head's size and time bounded."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class Guarded(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.refused, self.head_timer, self.head_bytes = False, None, 0
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self.start_head()  # a connection that sends nothing is closed too
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self.start_head()
+
+        def start_head(self) -> None:
+            if self.head_timer:
+                self.head_timer.cancel()
+            self.head_bytes = 0
+            timeout = 408, "Request Timeout"
+            self.head_timer = self.loop.call_later(HEAD_SECONDS, self.refuse, *timeout)
+
+        def on_url(self, url: bytes) -> None:
+            self.count(len(url))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self.count(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def on_headers_complete(self) -> None:
+            self.head_timer.cancel()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.head_timer:
+                self.head_timer.cancel()
+            super().connection_lost(exc)
+
+        def count(self, size: int) -> None:
+            self.head_bytes += size
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self.refuse(431, "Request Header Fields Too Large")
+                raise ValueError("head too large")  # stops the parser; uvicorn answers nothing more
+
+        def refuse(self, status: int, reason: str) -> None:
+            """Answer `status` and close the connection."""
+            self.head_timer.cancel()
+            if self.refused or self.transport.is_closing():
+                return
+            self.refused = True
+            body = f'{{"error": "{reason}"}}'.encode()
+            head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            self.transport.write(head.encode() + body)
+            self.transport.close()
+
+        def send_400_response(self, msg: str) -> None:
+            if not self.refused:  # a 431 was already answered
+                super().send_400_response(msg)
+
+    return Guarded
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -112,17 +210,37 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def server(app: Any) -> Any:
-    """The uvicorn server of `app`: our access log instead of uvicorn's, its own warnings."""
+def server(
+    app: Any, max_connections: int = Settings.max_connections, trusted_proxies: str = ""
+) -> Any:
+    """The uvicorn server of `app`: our access log instead of uvicorn's, its own warnings,
+    the head bounded, X-Forwarded-For believed only from `trusted_proxies` (comma-separated
+    addresses or networks)."""
     import uvicorn
 
     config = uvicorn.Config(
-        app, log_config=None, access_log=False, timeout_graceful_shutdown=STOP_SECONDS
+        app,
+        http=guarded_protocol(),
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=STOP_SECONDS,
+        limit_concurrency=max_connections,
+        proxy_headers=bool(trusted_proxies),
+        forwarded_allow_ips=trusted_proxies or None,
+        server_header=False,
     )
     return uvicorn.Server(config)
 
 
-def run(open_model: Callable[[], Translator], settings: Settings, host: str, port: int):
+def run(
+    open_model: Callable[[], Translator],
+    settings: Settings,
+    host: str,
+    port: int,
+    access: Access | None = None,
+    public_url: str | None = None,
+    trusted_proxies: str = "",
+):
     """Serve until SIGINT or SIGTERM; the error of a model that failed to load is raised."""
     try:
         import starlette  # noqa: F401
@@ -133,7 +251,8 @@ def run(open_model: Callable[[], Translator], settings: Settings, host: str, por
         ) from None
     sock = listen(host, port)
     service = Service(open_model, settings)
-    uv = server(create_app(service))
+    app = create_app(service, access, public_url)
+    uv = server(app, settings.max_connections, trusted_proxies)
     service.on_failure = lambda: setattr(uv, "should_exit", True)
     stop = uv.handle_exit  # uvicorn's signal handler, which starts the graceful stop
 
@@ -154,3 +273,6 @@ def run(open_model: Callable[[], Translator], settings: Settings, host: str, por
     if service.error is not None:
         raise service.error
     log("stopped")
+    if service.busy:  # the interpreter must not exit under a thread inside torch: an abort
+        sys.stderr.flush()
+        os._exit(0)

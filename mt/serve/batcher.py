@@ -9,7 +9,9 @@ previous batch decodes, so the decoder sees batches as `mt translate` does.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import queue
 import threading
 import time
@@ -26,6 +28,8 @@ if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays 
     from ..decoding.engine import Translator
 
 STOP_SECONDS = 8  # grace for the requests in flight at SIGTERM: the process is gone within 10 s
+DECODER_STOP_SECONDS = 2  # then the batch being decoded may finish, for clients gone by then
+IDLE_SECONDS = 1.0  # quiet for this long after work, the server hands freed memory back
 
 
 @dataclass
@@ -34,13 +38,20 @@ class Settings:
 
     max_chars: int = 1000  # characters a text; longer: 413
     max_texts: int = 64  # texts a request; more: 413
-    max_requests: int = 256  # requests waiting or decoding at once; more: 503
+    max_requests: int = 256  # requests being read, waiting or decoding at once; more: 503
     batch_texts: int = 64  # texts a decoder batch gathers at most
     batch_wait_ms: float = 10.0  # how long a batch waits for more after its first request
+    workers: int = 2  # threads that parse requests and documents and write translations
+    max_connections: int = 512  # open connections; more: 503 (uvicorn's limit_concurrency)
+    char_limit: int = 0  # characters a request, all its texts (LibreTranslate's); 0: none
+    req_limit: int = 0  # requests a minute per client (LibreTranslate's); 0: none
+    chars_per_minute: int = 0  # characters a minute per client; 0: none
+    kept_mb: int = 64  # translated files kept for /download_file, megabytes at most
+    kept_minutes: int = 30  # and for at most this long
 
     def __post_init__(self) -> None:
         for key, value in dataclasses.asdict(self).items():
-            least = 0 if key == "batch_wait_ms" else 1  # no wait: each batch takes what is there
+            least = 0 if key in UNLIMITED else 1
             if value < least:
                 raise ConfigError(f"--{key.replace('_', '-')} {value}: must be at least {least}")
 
@@ -57,12 +68,16 @@ class Settings:
         return self.max_body
 
 
+# settings where 0 is allowed: no wait (each batch takes what is there), or no limit
+UNLIMITED = {"batch_wait_ms", "char_limit", "req_limit", "chars_per_minute"}
+
+
 class BadRequest(Exception):
     """A request the server refuses: its HTTP status and a one-line reason."""
 
-    def __init__(self, status: int, message: str, retry: bool = False) -> None:
+    def __init__(self, status: int, message: str, retry: int = 0) -> None:
         super().__init__(message)
-        self.status, self.retry = status, retry
+        self.status, self.retry = status, retry  # retry: seconds for Retry-After (0: none)
 
 
 @dataclass
@@ -76,6 +91,7 @@ class Job:
     future: asyncio.Future
     prefixes: list[str] | None = None  # the target text each translation starts with
     terms: list[list[str]] | None = None  # the target terms each translation contains
+    cancelled: bool = False  # its client left (or the server stops): skip it
 
 
 class Service:
@@ -91,7 +107,10 @@ class Service:
         self.error: BaseException | None = None
         self.on_failure: Callable[[], None] = lambda: None
         self.jobs: queue.Queue[Job | None] = queue.Queue()
-        self.pending = 0  # requests waiting or decoding, counted on the event loop
+        self.decoder: threading.Thread | None = None
+        self.pending = 0  # requests admitted and not yet answered, counted on the event loop
+        self.pool: Any = None  # the workers: a ThreadPoolExecutor, made at start
+        self.worked = False  # since memory was last handed back
         self.batches = self.decoded = 0  # decoder batches so far, and their texts
 
     @property
@@ -99,10 +118,22 @@ class Service:
         return self.translator is not None
 
     def start(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(self.settings.workers, thread_name_prefix="mt-work")
         threading.Thread(target=self._load, name="mt-load", daemon=True).start()
 
     def stop(self) -> None:
+        """Let the decoder finish its batch (DECODER_STOP_SECONDS at most) and stop."""
         self.jobs.put(None)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.decoder is not None:
+            self.decoder.join(DECODER_STOP_SECONDS)
+
+    @property
+    def busy(self) -> bool:
+        """Whether the decoder thread is still decoding (after stop: it did not finish)."""
+        return self.decoder is not None and self.decoder.is_alive()
 
     def _load(self) -> None:
         started = time.perf_counter()
@@ -115,7 +146,11 @@ class Service:
             self.on_failure()
             return
         self.info = translator.info()
-        threading.Thread(target=self._decode, name="mt-decode", daemon=True).start()
+        # what is loaded now stays: kept out of the collector's full passes, which then take
+        # milliseconds, not the 100 ms that hold up every thread while a document is read
+        gc.freeze()
+        self.decoder = threading.Thread(target=self._decode, name="mt-decode", daemon=True)
+        self.decoder.start()
         self.translator = translator
         seconds = time.perf_counter() - started
         log(
@@ -129,9 +164,20 @@ class Service:
         return self.translator.config.decode.beam
 
     def _decode(self) -> None:
-        """Take the oldest job, gather more for up to batch_wait_ms, decode, answer; repeat."""
+        """Take the oldest job, gather more for up to batch_wait_ms, decode, answer; repeat.
+        Idle for IDLE_SECONDS after any work, hand freed memory back (once: it takes a few
+        milliseconds, too many to spend after every batch)."""
         wait, limit = self.settings.batch_wait_ms / 1000, self.settings.batch_texts
-        while (first := self.jobs.get()) is not None:
+        while True:
+            try:
+                first = self.jobs.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                if self.worked:
+                    self.worked = False
+                    give_back_memory()
+                continue
+            if first is None:
+                break
             batch, size = [first], len(first.texts)
             deadline = time.monotonic() + wait
             while size < limit:
@@ -145,17 +191,25 @@ class Service:
                 batch.append(job)
                 size += len(job.texts)
             groups: dict[tuple[int, int], list[Job]] = {}
-            for job in batch:
+            for job in (job for job in batch if not job.cancelled):
                 groups.setdefault((job.beam, job.nbest), []).append(job)
             for (beam, nbest), jobs in groups.items():
                 self._run(jobs, beam, nbest)
+            self.worked = True
 
     def _run(self, jobs: list[Job], beam: int, nbest: int) -> None:
+        from ..decoding.search import Abandoned, abandoned
+
+        jobs = [job for job in jobs if not job.cancelled]  # gone while an earlier group decoded
+        if not jobs:
+            return
         decode = dataclasses.replace(self.translator.config.decode, beam=beam, nbest=nbest)
         texts = [text for job in jobs for text in job.texts]
         prefixes = [p for job in jobs for p in job.prefixes or [""] * len(job.texts)]
         terms = [t for job in jobs for t in job.terms or [[]] * len(job.texts)]
         self.batches, self.decoded = self.batches + 1, self.decoded + len(texts)
+        # the batch is dropped between two decoding steps once all its clients have left
+        gone = abandoned.set(lambda: all(job.cancelled for job in jobs))
         try:
             found = self.translator.translate_nbest(
                 texts,
@@ -164,6 +218,8 @@ class Service:
                 prefixes if any(prefixes) else None,
                 terms if any(terms) else None,
             )
+        except Abandoned:
+            return
         except MtError as e:  # a request's input (a prefix too long): 400 to it alone
             if len(jobs) > 1:
                 for job in jobs:
@@ -176,6 +232,8 @@ class Service:
             for job in jobs:
                 job.loop.call_soon_threadsafe(_settle, job.future, None, e)
             return
+        finally:
+            abandoned.reset(gone)
         start = 0
         for job in jobs:
             result = found[start : start + len(job.texts)]
@@ -191,22 +249,53 @@ class Service:
         terms: list[list[str]] | None = None,
     ) -> list:
         """The n-best (text, score) pairs of each text, decoded in some batch (once ready),
-        each starting with its `prefixes` text and containing its `terms` if given."""
+        each starting with its `prefixes` text and containing its `terms` if given. Cancelled
+        (its client left), the texts leave the queue: the decoder skips them."""
         import asyncio
 
+        loop = asyncio.get_running_loop()
+        job = Job(texts, beam, nbest, loop, loop.create_future(), prefixes, terms)
+        self.jobs.put(job)
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            job.cancelled = True
+            raise
+
+    @contextlib.asynccontextmanager
+    async def admitted(self):
+        """A request counted in flight while it is read, parsed, decoded and written; 503
+        with Retry-After past --max-requests."""
         if self.pending >= self.settings.max_requests:
             most = self.settings.max_requests
             raise BadRequest(
-                503, f"busy: {self.pending} request(s) in flight (--max-requests {most})", True
+                503, f"busy: {self.pending} request(s) in flight (--max-requests {most})", 1
             )
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
         self.pending += 1
         try:
-            self.jobs.put(Job(texts, beam, nbest, loop, future, prefixes, terms))
-            return await future
+            yield
         finally:
             self.pending -= 1
+            self.worked = True  # its parsing and writing freed memory too
+
+    async def work(self, function: Callable, *args: Any) -> Any:
+        """`function(*args)` run by one of the workers: parsing and writing never hold up the
+        event loop, and at most --workers of them run at once (the rest wait in turn, bounded
+        by --max-requests)."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+
+
+def give_back_memory() -> None:
+    """Hand the memory of what is no longer used back to the system: a document's trees are
+    held in reference cycles until a collection, and glibc keeps what they freed in its
+    arenas (one a thread); the server's memory would stay up."""
+    import ctypes
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:

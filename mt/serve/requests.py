@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from ..config import beam_holds
-from ..formats import Document, DocumentError, read_document, read_markup
+from ..formats import Document, DocumentError, DocumentTooLarge, read_document, read_markup
 from .batcher import BadRequest, Settings
 
 MAX_BEAM = 16
@@ -20,9 +20,17 @@ DRAIN_BYTES = 32 << 20  # a body over the limit is read (and dropped) up to this
 FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "beam", "prefix")
 FIELDS += ("glossary",)
 DETECT_FIELDS = ("q", "api_key")
+FILE_FIELDS = ("file", "source", "target", "api_key")
+BODY_SECONDS = 30  # a body must arrive within this, however slowly it is sent
 JSON_TYPE, FORM_TYPE = "application/json", "application/x-www-form-urlencoded"
 MULTIPART_TYPE = "multipart/form-data"
 TEXT_FORMATS = ("text", "html")  # /translate's `format`
+MAX_GLOSSARY = 1000  # entries of a request's glossary
+MAX_TERM = 100  # characters of a glossary's source term (a target term too long to fit in
+# a translation is refused by the constraints, 400 too)
+MAX_PARTS = 8  # of a multipart body: /translate_file has 4 fields
+MAX_PART_HEADER = 2048  # bytes: a field's name, a file's name (255 characters) and its type
+HEADER_END = re.compile(rb"\A\r?\n|\r?\n\r?\n")  # a part's header ends: none, or a blank line
 
 
 def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, target: str):
@@ -95,10 +103,15 @@ def parse_glossary(fields: dict[str, Any], texts: list[str]) -> list[list[str]] 
             400,
             f"glossary: expected an object of source terms to target terms, got {_kind(glossary)}",
         )
+    if len(glossary) > MAX_GLOSSARY:
+        raise BadRequest(400, f"glossary: {len(glossary):,} entries, at most {MAX_GLOSSARY:,}")
     folded: dict[str, str] = {}
     for source, target in glossary.items():
         if not source.strip() or not target.strip():
             raise BadRequest(400, f"glossary: {source!r}: {target!r}: an empty term")
+        if len(source) > MAX_TERM:  # the matching walks a text as deep as its longest term
+            where = f"glossary: {source[:20]!r}..."
+            raise BadRequest(400, f"{where}: {len(source):,} characters, at most {MAX_TERM}")
         if folded.setdefault(source.lower(), target) != target:
             raise BadRequest(400, f"glossary: conflicting constraints for {source!r}")
     return glossary_terms(folded, texts)
@@ -138,22 +151,20 @@ def check_limits(texts: list[str], settings: Settings) -> None:
         check_length(text, settings, f"q[{i}]")
 
 
-async def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Document]:
+def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Document]:
     """The HTML texts of a /translate request with `format: html`, each within --max-chars
-    counted on its text, not its markup; one of markup only is refused. Parsed in a worker
-    thread: a large page takes a while, and the other requests go on meanwhile."""
-    from starlette.concurrency import run_in_threadpool
-
+    counted on its text, not its markup; one of markup only is refused."""
     if len(texts) > settings.max_texts:
         check_limits(texts, settings)
     documents = []
     for i, text in enumerate(texts):
         where = "q" if single else f"q[{i}]"
         try:
-            documents.append(await run_in_threadpool(read_markup, text, where))
+            documents.append(read_markup(text, where, settings.max_chars))
+        except DocumentTooLarge as e:
+            raise BadRequest(413, f"{e} (--max-chars)") from None
         except DocumentError as e:
             raise BadRequest(400, str(e)) from None
-        check_length(" ".join(documents[-1].units), settings, where)
     return documents
 
 
@@ -166,15 +177,26 @@ def check_length(text: str, settings: Settings, where: str) -> None:
 
 async def read_body(request: Any, limit: int) -> bytes:
     """The request's body, or 413 past `limit` bytes (read on, and dropped, up to DRAIN_BYTES
-    so that the client reads the 413 rather than a connection reset)."""
+    so that the client reads the 413 rather than a connection reset); 408 if it has not
+    all arrived within BODY_SECONDS."""
+    import asyncio
+
     body, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            if size > DRAIN_BYTES:
-                break
-            continue
-        body.append(chunk)
+
+    async def read() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                if size > DRAIN_BYTES:
+                    break
+                continue
+            body.append(chunk)
+
+    try:
+        await asyncio.wait_for(read(), BODY_SECONDS)
+    except asyncio.TimeoutError:
+        raise BadRequest(408, f"body not received within {BODY_SECONDS} s") from None
     if size > limit:
         raise BadRequest(413, f"body of {size:,} bytes or more, at most {limit:,}")
     return b"".join(body)
@@ -184,13 +206,21 @@ def content_type(request: Any) -> str:
     return request.headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
-async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any], bool]:
-    """The body of a /translate or /detect request as fields, and whether it was a form."""
+async def read_form(request: Any, settings: Settings, multipart: bool = False) -> tuple[str, bytes]:
+    """The content type of a /translate or /detect request (`multipart`: /translate_file's)
+    and its body, read within the limits; 415 for another type."""
     kind = content_type(request)
-    if kind not in (JSON_TYPE, FORM_TYPE):
+    if multipart and kind != MULTIPART_TYPE:
+        raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
+    if not multipart and kind not in (JSON_TYPE, FORM_TYPE):
         raise BadRequest(415, f"Content-Type: expected {JSON_TYPE} or {FORM_TYPE}, got {kind!r}")
+    return kind, await read_body(request, settings.max_body)
+
+
+def parse_fields(kind: str, body: bytes) -> tuple[dict[str, Any], bool]:
+    """The body of a /translate or /detect request as fields, and whether it was a form."""
     try:
-        text = (await read_body(request, settings.max_body)).decode("utf-8")
+        text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadRequest(400, f"body is not UTF-8 (byte {e.start})") from None
     if kind == FORM_TYPE:
@@ -215,51 +245,70 @@ async def read_fields(request: Any, settings: Settings) -> tuple[dict[str, Any],
     return fields, False
 
 
-async def read_file(request: Any, settings: Settings, info: dict) -> tuple[str, Document]:
-    """A /translate_file request's file (multipart/form-data: `file`, `source`, `target`,
-    `api_key`): its safe name and the document read from it (FILE_FORMATS), each of its
-    texts within --max-chars; a file it cannot read is refused, naming it."""
-    from starlette.concurrency import run_in_threadpool
-
-    if content_type(request) != MULTIPART_TYPE:
-        raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
-    body = await read_body(request, settings.max_body)
-    fields = parse_multipart(request.headers["content-type"], body)
-    unknown = sorted(set(fields) - {"file", "source", "target", "api_key"})
-    if unknown:
-        raise BadRequest(
-            400, f"unknown field '{unknown[0]}' (known: file, source, target, api_key)"
-        )
+def read_document_file(
+    fields: dict[str, tuple[str | None, bytes]], settings: Settings
+) -> tuple[str, Document]:
+    """The file of a /translate_file request's fields: its safe name and the document read
+    from it (FILE_FORMATS), each of its texts within --max-chars; a file it cannot read is
+    refused, naming it."""
     if not fields.get("file", (None,))[0]:  # no file, or one without a name
         raise BadRequest(400, "Invalid request: missing file parameter")
-    values = {key: value.decode("utf-8", "replace") for key, (_, value) in fields.items()}
-    check_languages(values, info["source"], info["target"])
     filename, data = fields["file"]
     name = re.sub(r"[^\w.-]", "_", Path(filename).name).lstrip(".") or "file.txt"
-    try:  # in a worker thread, as read_markups
-        document = await run_in_threadpool(read_document, filename, data)
+    try:
+        document = read_document(filename, data, settings.max_file_chars)
+    except DocumentTooLarge as e:
+        raise BadRequest(413, str(e)) from None
     except DocumentError as e:
         raise BadRequest(400, str(e)) from None
     for number, block in enumerate(document.blocks, start=1):
         check_length(block.source, settings, f"{filename}: {document.unit} {number}")
-    total, most = sum(len(block.source) for block in document.blocks), settings.max_file_chars
-    if total > most:
-        raise BadRequest(413, f"{filename}: {total:,} characters of text, at most {most:,}")
     return name, document
 
 
 def parse_multipart(kind: str, body: bytes) -> dict[str, tuple[str | None, bytes]]:
-    """multipart/form-data fields: name -> (the file's name or None, the value's bytes)."""
-    from email import message_from_bytes
+    """multipart/form-data fields: name -> (the file's name or None, the value's bytes). The
+    body is cut at its boundary lines here (a regex search for a literal, linear) and only
+    each part's header is read by the email package, at most MAX_PARTS of MAX_PART_HEADER
+    bytes: its parser takes 20 µs a parameter (a header of 74,000 parameters: seconds)."""
+    from email.parser import BytesHeaderParser
     from email.policy import HTTP
 
+    invalid = BadRequest(400, "body is not valid multipart/form-data")
+    if len(kind) > MAX_PART_HEADER:
+        raise BadRequest(
+            400, f"Content-Type: {len(kind):,} characters, at most {MAX_PART_HEADER:,}"
+        )
     head = f"Content-Type: {kind}\r\n\r\n".encode("latin-1", "replace")
-    message = message_from_bytes(head + body, policy=HTTP)
-    if not message.is_multipart() or message.defects:
-        raise BadRequest(400, "body is not valid multipart/form-data")
+    boundary = BytesHeaderParser(policy=HTTP).parsebytes(head).get_boundary()
+    if not boundary:
+        raise invalid
+    # a line of the boundary, the line break before it its own; "--" after it: the last
+    delimiter = re.compile(
+        rb"\r?\n--" + re.escape(boundary.encode("latin-1", "replace")) + rb"(--)?[ \t]*(?:\r?\n|\Z)"
+    )
+    text, parts, start, found = b"\r\n" + body, [], None, None
+    for found in delimiter.finditer(text):
+        if start is not None:
+            parts.append(text[start : found.start()])
+            if len(parts) > MAX_PARTS:
+                raise BadRequest(400, f"body: more than {MAX_PARTS} parts (at most {MAX_PARTS})")
+        if found[1]:
+            break
+        start = found.end()
+    if not parts or not found[1]:
+        raise invalid  # no part, or no last boundary
     fields = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
+    for part in parts:
+        blank = HEADER_END.search(part, 0, MAX_PART_HEADER + 4)
+        end = blank.end() if blank else len(part)  # no blank line: all header, as email has it
+        if end > MAX_PART_HEADER + 4:
+            most = f"{MAX_PART_HEADER:,}"
+            raise BadRequest(400, f"body: a part's header over {most} bytes (at most {most})")
+        message = BytesHeaderParser(policy=HTTP).parsebytes(part[:end])
+        # as the email package reads a payload: decoded by its Content-Transfer-Encoding
+        message.set_payload(part[end:].decode("ascii", "surrogateescape"))
+        name = message.get_param("name", header="content-disposition")
         if name:
-            fields[name] = (part.get_filename(), part.get_payload(decode=True) or b"")
+            fields[name] = (message.get_filename(), message.get_payload(decode=True) or b"")
     return fields

@@ -1,13 +1,24 @@
-"""Label-smoothed cross-entropy (Szegedy et al. 2016; the paper's 5.4, epsilon_ls = 0.1)."""
+"""What a batch costs: `batch_loss`, the model's label-smoothed cross-entropy (Szegedy et al.
+2016; the paper's 5.4, epsilon_ls = 0.1) on a batch, summed over its target tokens."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from ..data.batch import Batch
 from ..data.tokenizer import PAD
 
 CHUNK = 2**25  # logits a chunk (128 MiB in float32): whole, (N, V) never is in float32
+
+
+def batch_loss(
+    model: torch.nn.Module, batch: Batch, label_smoothing: float, pad: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The label-smoothed loss and the NLL of `model` on `batch` (tensors on its device),
+    both summed over its labels that are not `pad` (the model's pad id)."""
+    logits = model(batch.src, batch.tgt_in, batch.packed)
+    return smoothed_loss(logits, batch.labels, label_smoothing, pad)
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad: int = PAD):

@@ -18,12 +18,13 @@ import torch
 import torch.distributed as dist
 
 from ..config import TrainConfig
-from ..data.batches import map_batch
+from ..data.batch import Batch
 from ..device import DTYPES, dtype_name, precision_for
 from ..errors import DoesNotFit, MtError, one_line
 from ..messages import say
 from ..packed_attention import flex_refusal
 from .ranks import Ranks, rng_state, set_rng_state
+from .update import Loss
 
 HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentation
 # bf16 is kept on a CPU only when its passes are this much faster than float32's: what bf16
@@ -31,7 +32,6 @@ HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentati
 # CPU flags knows it (Zen 4 without AMX: bf16 1.5x fp32; a Xeon with AVX-512 bf16: 0.6x)
 FASTER = 1.1
 TIMED = 3  # passes timed in each precision, after an untimed one (allocations, kernels)
-Forward = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]  # batch -> (loss, nll)
 
 
 MEASURED = ("fp32", "bf16")  # what train.precision auto measures on a CPU
@@ -40,10 +40,9 @@ MEASURED = ("fp32", "bf16")  # what train.precision auto measures on a CPU
 @dataclass
 class UpdatePlan:
     """How every update of a session computes, decided on its first batch before the update
-    is built: the precision (`train.precision`, measured where auto on a CPU) and the forward
-    pass in it, compiled or not."""
+    is built: the precision (`train.precision`, measured where auto on a CPU) and whether the
+    loss is compiled; the `Updater` is built with these values."""
 
-    forward: Forward
     dtype: torch.dtype | None  # autocast's (None: plain float32)
     why: str  # one line: the precision and why
     compiled: bool
@@ -56,8 +55,8 @@ class UpdatePlan:
 
 
 def plan_update(
-    forward_in: Callable[[torch.dtype | None], Forward],
-    batch: Any,
+    loss_in: Callable[[torch.dtype | None], Loss],
+    batch: Batch,
     model: torch.nn.Module,
     t: TrainConfig,
     ranks: Ranks,
@@ -65,12 +64,12 @@ def plan_update(
     measured: str,
     state_bytes: int,
 ) -> UpdatePlan:
-    """The session's `UpdatePlan`, on its first `batch` (on the device): `forward_in(dtype)` is the
-    forward pass in a precision. On a CPU, train.precision auto is measured (`measured`: what
+    """The session's `UpdatePlan`, on its first `batch` (on the device): `loss_in(dtype)` is the
+    loss of a batch in a precision. On a CPU, train.precision auto is measured (`measured`: what
     an earlier session of the run chose, kept; rank 0's choice on every rank); the pass is
     compiled where that pays (`compiles`) and, on a GPU, a batch too big for it is refused
     (`rehearse`). `state_bytes`: GPU memory the optimiser will take at its first step."""
-    device = batch[0].device
+    device = batch.src.device
     dtype, why = precision_for(t.precision, device)
     rates: dict[str, float] = {}
     model.train()
@@ -78,24 +77,24 @@ def plan_update(
         if measured:  # a resumed run computes as it did
             dtype, why = DTYPES[measured], f"auto: {measured}, as measured when the run started"
         else:
-            forwards = {name: forward_in(DTYPES[name]) for name in MEASURED}
+            losses = {name: loss_in(DTYPES[name]) for name in MEASURED}
             done = measure_precision(
-                forwards, batch, model, int((batch[2] != model.cfg.pad_id).sum())
+                losses, batch, model, int((batch.labels != model.cfg.pad_id).sum())
             )
             choice = int(ranks.broadcast([float(MEASURED.index(dtype_name(done.dtype)))])[0])
             dtype, why, rates = DTYPES[MEASURED[choice]], done.why, done.rates
-    forward = forward_in(dtype)
+    loss = loss_in(dtype)
     compile = compiles(t.compile, device.type, packed)
     if not compile and device.type != "cuda":
-        return UpdatePlan(forward, dtype, why, False, 0.0, rates)
+        return UpdatePlan(dtype, why, False, 0.0, rates)
     refusal = flex_refusal(model.cfg, device.type, training=True)
     if compile and packed and refusal and ranks.main:
         say(f"packed rows attend by SDPA with dense masks, not FlexAttention: {refusal}")
     done = on_every_rank(
-        lambda: rehearse(forward, batch, model, compile, t.max_tokens, say, state_bytes),
+        lambda: rehearse(loss, batch, model, compile, t.max_tokens, say, state_bytes),
         ranks.world,
     )
-    return UpdatePlan(done.forward, dtype, why, done.compiled, done.seconds, rates)
+    return UpdatePlan(dtype, why, done.compiled, done.seconds, rates)
 
 
 def compiles(setting: bool | str, device_type: str, packed: bool) -> bool:
@@ -107,14 +106,14 @@ def compiles(setting: bool | str, device_type: str, packed: bool) -> bool:
 
 @dataclass
 class Rehearsal:
-    forward: Forward  # what to train with: compiled, or not where compiling failed
+    forward: Loss  # what to train with: compiled, or not where compiling failed
     compiled: bool
     seconds: float  # of the first update: compiling, mostly, when compiled
     peak_bytes: int  # GPU memory at its peak (0 off CUDA)
 
 
 def rehearse(
-    forward: Forward,
+    forward: Loss,
     batch: Any,
     model: torch.nn.Module,
     compile: bool,
@@ -122,11 +121,11 @@ def rehearse(
     say: Callable[[str], None],
     state_bytes: int = 0,
 ) -> Rehearsal:
-    """Run `forward` and its backward pass on `batch` (a tuple of tensors, rows first),
+    """Run `forward` and its backward pass on `batch` (tensors, rows first),
     compiled if `compile`. `state_bytes`: GPU memory the optimiser will take at its first
     step, on top of what the rehearsal measured. Raises ConfigError, naming
     train.max_tokens (a batch's budget) and the largest that fits, when it does not fit."""
-    device = batch[0].device
+    device = batch.src.device
     states = rng_state(device)
     if device.type == "cuda":  # what this process may take: free, and what it holds already
         free, total = torch.cuda.mem_get_info(device)
@@ -148,7 +147,7 @@ def rehearse(
         pass  # peak None: refused below
     if device.type == "cuda" and (peak is None or peak > budget):
         fits = _rows_that_fit(forward, batch, model, states, budget)
-        rows = len(batch[0])
+        rows = len(batch.src)
         raise DoesNotFit(
             f"train.max_tokens: a batch of {max_tokens} tokens does not fit this GPU "
             f"({total / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free; tried before the first "
@@ -197,7 +196,7 @@ class Measured:
 
 
 def measure_precision(
-    forwards: dict[str, Forward],
+    forwards: dict[str, Loss],
     batch: Any,
     model: torch.nn.Module,
     tokens: int,
@@ -206,7 +205,7 @@ def measure_precision(
     """Time `forwards` ("fp32", "bf16": the same pass in each precision) on `batch`, of
     `tokens` target tokens, interleaved so a machine shared with other work slows both
     alike; each the fastest of TIMED passes. Leaves no trace, as `rehearse`."""
-    states = rng_state(batch[0].device)
+    states = rng_state(batch.src.device)
     seconds: dict[str, list[float]] = {name: [] for name in forwards}
     for _ in range(TIMED + 1):
         for name, forward in forwards.items():
@@ -222,9 +221,9 @@ def measure_precision(
     return Measured(None, why, rates)
 
 
-def _measure(run: Forward, batch, model, states) -> tuple[float, int]:
+def _measure(run: Loss, batch, model, states) -> tuple[float, int]:
     """Seconds and peak GPU memory of one forward and backward pass, which leaves no trace."""
-    device = batch[0].device
+    device = batch.src.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     start = time.perf_counter()
@@ -241,14 +240,14 @@ def _measure(run: Forward, batch, model, states) -> tuple[float, int]:
             torch.cuda.empty_cache()
 
 
-def _rows_that_fit(forward: Forward, batch, model, states, budget: int) -> int:
+def _rows_that_fit(forward: Loss, batch, model, states, budget: int) -> int:
     """Rows of `batch` that fit `budget` bytes, estimated from uncompiled passes over halves,
     quarters, ... of it: memory grows linearly with the rows (0: not even one fits)."""
-    rows, measured = len(batch[0]), []
+    rows, measured = len(batch.src), []
     part = rows // 2
     while part >= 1 and len(measured) < 2:
         try:
-            rows_of = map_batch(lambda x, part=part: x[:part], batch)
+            rows_of = batch.map(lambda x, part=part: x[:part])
             measured.append((part, _measure(forward, rows_of, model, states)[1]))
         except torch.OutOfMemoryError:
             pass

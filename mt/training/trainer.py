@@ -23,7 +23,7 @@ import torch
 
 from ..config import Config, TrainConfig
 from ..config_checks import check_training_stops
-from ..data.batches import Batches, map_batch
+from ..data.batches import Batches
 from ..data.dropout import dropout_epochs
 from ..data.packing import row_length
 from ..data.prepare import inputs_of, prepare
@@ -39,7 +39,7 @@ from .rehearsal import UpdatePlan, plan_update
 from .resume import Checkpoints
 from .schedule import warmup_updates
 from .state import Pace, TrainState
-from .update import Optimiser, Update, Updater, loss_sums
+from .update import Optimiser, Update, Updater, loss_in
 from .validation import validation_record
 
 
@@ -119,8 +119,9 @@ class Trainer:
         self.batches = self._batches()
         net = self.ranks.wrap(self.model)  # once its weights are final (loaded, or initialised)
         self.update_plan = self._plan_update(net)
+        plan = self.update_plan
         self.updater = Updater(
-            self.model, net, self.optimiser, self.update_plan.forward, t, self.ranks
+            self.model, net, self.optimiser, t, self.ranks, plan.dtype, plan.compiled
         )
         self.checks = Checks(config, self.state.vitals, self.unigram)
 
@@ -152,11 +153,11 @@ class Trainer:
         """The update's precision and forward pass (compiled or not), rehearsed on the first
         batch (`rehearsal.plan_update`); a resumed run keeps the precision it measured."""
         t = self.config.train
-        batch = map_batch(lambda x: x.to(self.device), self.batches.peek())
+        batch = self.batches.peek().map(lambda x: x.to(self.device))
         weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
         moments = 0 if self.optimiser.adamw.state else 2 * weights  # AdamW's, at its first step
         return plan_update(
-            lambda dtype: loss_sums(net, dtype, t, self.device, self.model.cfg.pad_id),
+            lambda dtype: loss_in(net, dtype, t, self.model.cfg.pad_id, compiled=False),
             batch,
             self.model,
             t,

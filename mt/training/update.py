@@ -1,9 +1,12 @@
-"""Optimiser updates: AdamW, mixed precision (with fp16's gradient scaler), gradient
-accumulation over batches and over ranks, clipping; each update's typed result."""
+"""One optimiser update, `Updater.__call__`: each batch's loss (mt.training.loss.batch_loss,
+in the precision the rehearsal chose, compiled where it found that pays) and its backward
+pass, accumulated over batches and over ranks, then clipping and AdamW's step (with fp16's
+gradient scaler); each update's typed result."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -11,12 +14,12 @@ from typing import Any
 import torch
 
 from ..config import TrainConfig
-from ..data.batches import Batch, map_batch
-from ..data.packing import PackedBatch
+from ..data.batch import Batch
 from ..device import autocast, precision_for
-from .loss import smoothed_loss
+from .loss import batch_loss
 from .ranks import Ranks
-from .rehearsal import Forward
+
+Loss = Callable[[Batch], tuple[torch.Tensor, torch.Tensor]]  # batch -> (loss, nll) sums
 
 
 @dataclass
@@ -56,20 +59,18 @@ def build_optimizer(model: torch.nn.Module, t: TrainConfig, device: torch.device
     )
 
 
-def loss_sums(
-    net: torch.nn.Module, dtype: torch.dtype | None, t: TrainConfig, device, pad: int
-) -> Forward:
-    """What the update computes on a batch: the loss and NLL sums on the device, model and
-    loss under `dtype`'s autocast (None: float32), labels of id `pad` (the model's) not
-    counted; what `rehearsal.plan_update` may compile."""
+def loss_in(
+    net: torch.nn.Module, dtype: torch.dtype | None, t: TrainConfig, pad: int, compiled: bool
+) -> Loss:
+    """`batch_loss` of `net` under `dtype`'s autocast (None: float32), labels of id `pad`
+    (the model's) not counted, compiled where `compiled`: what an update runs on a batch, and
+    what the rehearsal times and tries to compile (mt.training.rehearsal)."""
 
-    def forward(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-        packed = batch if isinstance(batch, PackedBatch) else None
-        with autocast(device, dtype):
-            logits = net(batch[0], batch[1], packed)
-            return smoothed_loss(logits, batch[2], t.label_smoothing, pad)
+    def loss(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        with autocast(batch.src.device, dtype):
+            return batch_loss(net, batch, t.label_smoothing, pad)
 
-    return forward
+    return torch.compile(loss, dynamic=False) if compiled else loss
 
 
 class Optimiser:
@@ -91,22 +92,24 @@ class Optimiser:
 
 class Updater:
     """Updates `model` on this rank's batches with `optimiser`, each batch's loss computed by
-    `forward` (from `rehearsal.plan_update`: in the run's precision, compiled where that pays)."""
+    `net` (the model, or DDP's wrapper of it) in `dtype` (None: float32), compiled where
+    `compiled`: what the rehearsal decided (`rehearsal.plan_update`)."""
 
     def __init__(
         self,
         model: torch.nn.Module,
         net: torch.nn.Module,
         optimiser: Optimiser,
-        forward: Forward,
         t: TrainConfig,
         ranks: Ranks,
+        dtype: torch.dtype | None,
+        compiled: bool,
     ) -> None:
         self.model, self.net, self.t, self.ranks = model, net, t, ranks
         self.device = ranks.device
         self.pad = model.cfg.pad_id  # labels of this id are padding, not targets
         self.optimizer, self.scaler = optimiser.adamw, optimiser.scaler
-        self.forward = forward
+        self.loss = loss_in(net, dtype, t, self.pad, compiled)
 
     def __call__(self, batches: list[Batch], lr: float) -> Update:
         """One update at rate `lr` over `batches`; losses normalised by target tokens.
@@ -115,16 +118,16 @@ class Updater:
         skipped (a non-finite loss, fp16 gradients that overflowed) is decided on the device,
         where the fused optimiser skips its step, and the host reads its few numbers once,
         at the end, for the step count and the schedule."""
-        tokens = sum(int((batch[2] != self.pad).sum()) for batch in batches)  # labels, on the host
+        tokens = sum(int((b.labels != self.pad).sum()) for b in batches)  # on the host
         global_tokens = self._total_tokens(tokens)
         norm = global_tokens / self.ranks.world  # DDP averages gradients: per-token mean
         self.model.train()
         sums = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss, nll
         for i, batch in enumerate(batches):
-            batch = map_batch(lambda x: x.to(self.device, non_blocking=True), batch)
+            batch = batch.map(lambda x: x.to(self.device, non_blocking=True))
             skip_sync = i < len(batches) - 1 and hasattr(self.net, "no_sync")
             with self.net.no_sync() if skip_sync else nullcontext():
-                loss, nll = self.forward(batch)
+                loss, nll = self.loss(batch)
                 self.scaler.scale(loss / norm).backward()
             sums += torch.stack((loss.detach(), nll)).double()
         sums = self.ranks.sum_(sums) / global_tokens
@@ -135,8 +138,8 @@ class Updater:
         if overflowed:  # the scaler skipped the step
             return Update(loss, nll, tokens, lr, grad_norm, overflow=True)
         pad = self.pad
-        padded = sum(int((b[0] == pad).sum() + (b[2] == pad).sum()) for b in batches)
-        cells = sum(b[0].numel() + b[2].numel() for b in batches)
+        padded = sum(int((b.src == pad).sum() + (b.labels == pad).sum()) for b in batches)
+        cells = sum(b.src.numel() + b.labels.numel() for b in batches)
         return Update(loss, nll, tokens, lr, grad_norm, False, padded, cells)
 
     def _total_tokens(self, tokens: int) -> float | torch.Tensor:
