@@ -24,7 +24,7 @@ from mt.decoding.engine import Translator, open_translator
 from mt.decoding.pieces import piece_limit
 from mt.decoding.trained import DEFAULT_RATIO, Trained, carried_length
 from mt.errors import ConfigError
-from mt.text import Layouts, translate_texts_nbest
+from mt.text import Layouts, Translations, translate_texts_nbest
 
 
 def words() -> Tokenizer:
@@ -148,3 +148,15 @@ def test_an_imported_marian_model_carries_its_own_512_positions(marian_small):
     assert translator.config.model.max_positions == 512
     assert translator.decoding(None).piece_tokens == 511
     assert translator.coverage.ratio == DEFAULT_RATIO  # no training corpus to measure
+
+
+def test_translate_s_answer_says_which_texts_are_short():
+    pytest.importorskip("starlette")
+    from mt.serve.api import answer
+
+    found = Translations([[("Hola.", -1.0)], [("Sí.", -2.0)]], [False, True])
+    info = {"model": "run", "step": 1}
+    listed = answer(found, False, None, info, 5, 0.1)
+    assert listed["translatedText"] == ["Hola.", "Sí."] and listed["short"] == [False, True]
+    one = Translations(found.nbest[1:], found.short[1:])
+    assert answer(one, True, None, info, 5, 0.1)["short"] is True

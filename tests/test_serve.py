@@ -127,7 +127,7 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
     assert answer["scores"] == pytest.approx([s for _, s in want], abs=1e-4)
     assert answer["scores"] == sorted(answer["scores"], reverse=True)
     assert (answer["beam"], answer["model"], answer["step"]) == (3, "run", 60)
-    assert "detectedLanguage" not in answer
+    assert "detectedLanguage" not in answer and answer["short"] is False
 
     # a list, in order, each as decoded alone; source auto as LibreTranslate's clients send it
     status, answer, _ = call(address, "/translate", {"q": SENTENCES, "source": "auto"})
@@ -135,6 +135,7 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
     beam = service.beam
     assert answer["translatedText"] == [h[0][0] for h in expected(service, SENTENCES, beam, 1)]
     assert answer["alternatives"] == [[]] * len(SENTENCES)
+    assert answer["short"] == [False] * len(SENTENCES)
     assert [found["language"] for found in answer["detectedLanguage"]] == ["en"] * 5
 
     # libretranslatepy posts a form; greedy search has no score

@@ -5,11 +5,13 @@ extensions, chat bots, libretranslatepy) work unchanged, and ours.
 its spacing and line breaks, mt.text), `source`, `target`, `alternatives`, `format` ("text",
 or "html": the text translated, the markup kept, mt.formats) and `api_key` (mt.serve.access),
 as JSON or a form, answers `translatedText` and `alternatives`; ours add `scores` (best first, the
-length-normalised log-probability; null for greedy search and html), `beam`, `model`, `step`
-and `seconds`. With `source: auto` each text's language is identified (mt.data.language) and
-`detectedLanguage` says what the text was taken to be: a text identified as the model's
-target language with 80% confidence or more is returned as it is (its score null, no
-alternatives), any other is translated as the source. LibreTranslate's too: `GET
+length-normalised log-probability; null for greedy search and html), `short` (whether a text
+came out much shorter than its source predicts even after the coverage guard translated it
+again in smaller pieces, mt.decoding.coverage: text may be lost; false for html), `beam`,
+`model`, `step` and `seconds`. With `source: auto` each text's language is identified
+(mt.data.language) and `detectedLanguage` says what the text was taken to be: a text
+identified as the model's target language with 80% confidence or more is returned as it is
+(its score null, no alternatives), any other is translated as the source. LibreTranslate's too: `GET
 /languages`, `POST /detect` (each text's language, one of the model's two, with a confidence
 of 0 to 100), `GET /frontend/settings`, `POST /translate_file` (.txt, .html, .docx, .odt or
 .srt, the layout kept; its translation downloaded from `/download_file/...`) and `POST
@@ -40,7 +42,7 @@ from urllib.parse import quote
 from ..data.language import CONFIDENT, identifier
 from ..errors import MtError
 from ..formats import FILE_FORMATS, Document, translate_documents
-from ..text import Layouts
+from ..text import Layouts, Translations
 from .access import Access
 from .batcher import BadRequest, Service
 from .downloads import Downloads
@@ -80,10 +82,11 @@ def _score(value: float) -> float | None:
 
 
 def answer(
-    found: list, single: bool, taken: list | None, info: dict, beam: int, seconds: float
+    found: Translations, single: bool, taken: list | None, info: dict, beam: int, seconds: float
 ) -> dict:
     """LibreTranslate's answer (translatedText, alternatives, and detectedLanguage: the
     language each text was `taken_as`, given source auto) and ours."""
+    short, found = found.short, found.nbest
     best = [hyps[0][0] for hyps in found]
     alternatives = [[text for text, _ in hyps[1:]] for hyps in found]
     scores = [[_score(s) for _, s in hyps] for hyps in found]
@@ -95,6 +98,7 @@ def answer(
         out["detectedLanguage"] = taken[0] if single else taken
     out.update(
         scores=scores[0] if single else scores,
+        short=short[0] if single else short,
         beam=beam,
         model=info["model"],
         step=info["step"],
@@ -258,11 +262,12 @@ class Api:
         prefixes: list[str] | None = None,
         terms: list[list[str]] | None = None,
         work: Callable | None = None,
-    ) -> list:
+    ) -> Translations:
         """Each text's n-best, its sentences decoded in the batcher and put back in its layout
         (mt.text), a request's worth of sentences at a time: the /translate requests that
-        come meanwhile are decoded between them. Texts given `prefixes` or `terms` (which are
-        a whole text's) are translated whole."""
+        come meanwhile are decoded between them, and whether it is short (the coverage
+        guard). Texts given `prefixes` or `terms` (which are a whole text's) are translated
+        whole."""
         steered = prefixes is not None or terms is not None
         work = work or self.service.work
         layouts = await work(Layouts, texts, not steered)
@@ -273,7 +278,7 @@ class Api:
             for start in range(0, len(layouts.sentences), most):
                 sentences = layouts.sentences[start : start + most]
                 found += await self.service.submit(sentences, beam, nbest)
-        return await work(layouts.joined, found)
+        return await work(layouts.translations, self.service.translator, found)
 
     @endpoint
     async def translate(self, request: Any) -> Any:
@@ -298,21 +303,21 @@ class Api:
             self._charge(client, sum(len(" ".join(d.units)) for d in documents))
             written = await self._translate_documents(documents, beam)
             found = [[(data.decode("utf-8"), math.nan)] for data in written]  # no score
-            return found, single, None, beam
+            return Translations(found, [False] * len(found)), single, None, beam
         check_limits(texts, self.settings)
         self._charge(client, sum(map(len, texts)))
         prefixes = parse_prefixes(fields, len(texts))
         terms = await work(parse_glossary, fields, texts)
         taken = [taken_as(c, info) for c in await self._identify(texts, info)] if auto else None
         # a text already in the target language is returned as it is, unscored
-        found = [[(text, math.nan)] for text in texts]
+        found = Translations([[(text, math.nan)] for text in texts], [False] * len(texts))
         todo = [i for i in range(len(texts)) if not taken or taken[i]["language"] != info["target"]]
         if todo:
             steer = [None if x is None else [x[i] for i in todo] for x in (prefixes, terms)]
             wanted = [texts[i] for i in todo]
             decoded = await self._translate_texts(wanted, beam, alternatives + 1, *steer, work)
-            for i, hyps in zip(todo, decoded):
-                found[i] = hyps
+            for i, hyps, short in zip(todo, decoded.nbest, decoded.short):
+                found.nbest[i], found.short[i] = hyps, short
         return found, single, taken, beam
 
     @endpoint
@@ -378,7 +383,8 @@ class Api:
     async def _translate_documents(self, documents: list[Document], beam: int) -> list[bytes]:
         """Each document translated, all their texts decoded together."""
         requests = await self.service.work(lambda: [t for d in documents for t in d.requests()])
-        found = [hyps[0][0] for hyps in await self._translate_texts(requests, beam, 1)]
+        decoded = await self._translate_texts(requests, beam, 1)
+        found = [hyps[0][0] for hyps in decoded.nbest]
         return await self.service.work(translate_documents, documents, lambda texts: found)
 
     @endpoint

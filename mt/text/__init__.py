@@ -67,6 +67,12 @@ class Layouts:
         flags = translator.short(self.sentences, best, decode)
         return [any(text_flags) for _, text_flags in self._per_text(flags)]
 
+    def translations(
+        self, translator: Translator, found: Sequence[list[tuple[str, float]]], decode=None
+    ) -> Translations:
+        """Each text's n-best (`joined`) and whether it is `short`."""
+        return Translations(self.joined(found), self.short(translator, found, decode))
+
 
 @dataclass
 class Translations:
@@ -94,7 +100,7 @@ def translate_texts_nbest(
     steered = prefixes is not None or terms is not None
     layouts = Layouts(texts, split and not steered)
     found = translator.translate_nbest(layouts.sentences, decode, progress, prefixes, terms)
-    return Translations(layouts.joined(found), layouts.short(translator, found, decode))
+    return layouts.translations(translator, found, decode)
 
 
 def translate_texts(
