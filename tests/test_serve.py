@@ -433,15 +433,21 @@ def test_wrong_method_path_and_disconnecting_clients(server, capfd):
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_loading_and_busy_answer_503_with_retry_after(model):
-    loaded, free = threading.Event(), threading.Event()
+def held_loader(
+    model: Path, free: threading.Event, loaded: threading.Event | None = None, seen=None
+) -> Callable[[], Translator]:
+    """A loader whose translator waits for `free` before each batch but the warm-up (and
+    itself, once called, for `loaded`), noting each batch's texts in `seen`."""
 
     def load() -> Translator:
-        loaded.wait(30)
+        if loaded is not None:
+            loaded.wait(30)
         translator = loader(model)()
         decode = translator.translate_nbest
 
         def held(texts: list[str], *args):
+            if seen is not None:
+                seen.extend(texts)
             if texts != ["Hello."]:  # the warm-up passes
                 free.wait(30)
             return decode(texts, *args)
@@ -449,7 +455,12 @@ def test_loading_and_busy_answer_503_with_retry_after(model):
         translator.translate_nbest = held
         return translator
 
-    with serving(load, max_requests=1) as (address, service):
+    return load
+
+
+def test_loading_and_busy_answer_503_with_retry_after(model):
+    loaded, free = threading.Event(), threading.Event()
+    with serving(held_loader(model, free, loaded), max_requests=1) as (address, service):
         for path, body in (("/health", None), ("/info", None), ("/translate", {"q": "Hi."})):
             status, answer, headers = call(address, path, body)
             assert (status, answer, headers["retry-after"]) == (
