@@ -233,7 +233,7 @@ def server(
 
 
 def run(
-    open_model: Callable[[], Translator],
+    open_models: list[Callable[[], Translator]],
     settings: Settings,
     host: str,
     port: int,
@@ -250,7 +250,7 @@ def run(
             "starlette and uvicorn are not installed: pip install 'mt[serve]'"
         ) from None
     sock = listen(host, port)
-    service = Service(open_model, settings)
+    service = Service(open_models, settings)
     app = create_app(service, access, public_url)
     uv = server(app, settings.max_connections, trusted_proxies)
     service.on_failure = lambda: setattr(uv, "should_exit", True)
