@@ -1,4 +1,4 @@
-"""Many processes: the device of each rank, and two gloo ranks launched by the README's own
+"""Many processes: the device of each rank, and two gloo ranks launched by docs/train.md's own
 torchrun commands (one machine, and two "machines" meeting through c10d rendezvous)."""
 
 from __future__ import annotations
@@ -60,13 +60,13 @@ def _train(corpus: Path, run_dir: Path, *overrides: str) -> list[str]:
 
 
 def _one_machine(*program: str) -> subprocess.Popen:
-    """README: `torchrun --nproc_per_node 2 .venv/bin/mt train ...` (a free port here)."""
+    """docs/train.md: `torchrun --nproc_per_node 2 .venv/bin/mt train ...` (a free port here)."""
     command = [str(TORCHRUN), "--nproc_per_node", "2", "--master-port", str(_free_port())]
     return _start([*command, *program])
 
 
 def _two_machines(*program: str) -> list[subprocess.Popen]:
-    """README: the same command on each of two machines, meeting at rank 0's address."""
+    """docs/train.md: the same command on each of two machines, meeting at rank 0's address."""
     endpoint = f"127.0.0.1:{_free_port()}"
     command = [str(TORCHRUN), "--nnodes", "2", "--nproc_per_node", "1"]
     command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "test"]

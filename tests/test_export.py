@@ -178,13 +178,13 @@ def test_average_output_exports(tiny_run, cli_main, tmp_path):
 
 
 def test_readme_snippet_outside_mt(tiny_run, tmp_path):
-    """The README's use of an exported folder with ctranslate2 and tokenizers alone."""
+    """docs/export.md's use of an exported folder with ctranslate2 and tokenizers alone."""
     import ctranslate2
     from tokenizers import Tokenizer
 
     folder = export.to_ctranslate2(tiny_run, tmp_path / "ct2")
     texts = ["Where is the station?", "I love you."]
-    # --- as in README.md
+    # --- as in docs/export.md
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.encode_special_tokens = True  # a literal "</s>" in a text is text
     translator = ctranslate2.Translator(str(folder))
