@@ -24,7 +24,7 @@ import random
 import shlex
 from pathlib import Path
 
-from bench_ensemble import FLORES, bleu, budget, cut, mt, options, record, report, tatoeba, train
+from benchkit import FLORES, bleu, budget, cut, mt, options, record, report, tatoeba, train
 
 from mt.data.corpus import read_pairs_jsonl
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "scripts" / "README.md"]
 
-# A path starts a word (not `runs/mt/...`, not a URL's tail) and ends before punctuation.
-PATH = re.compile(r"(?<![\w/.-])((?:mt|scripts|tests)/[\w./-]*[\w/])")
+# A path starts a word (not `runs/mt/...`, not a URL's tail, not `git show COMMIT:scripts/x.py`,
+# a file of the past) and ends before punctuation.
+PATH = re.compile(r"(?<![\w/.:-])((?:mt|scripts|tests)/[\w./-]*[\w/])")
 DOTTED = re.compile(r"(?<![\w/.-])(mt(?:\.[A-Za-z_]\w*)+)")
 SUFFIXES = {"yaml", "json", "py", "md", "org", "com", "txt", "log"}  # `mt.yaml`, `mt.example.org`
 
@@ -104,7 +105,8 @@ def test_a_wrong_name_is_caught():
         "See `mt/packing.py`, `mt/loss.py`, `scripts/bench_budget_resume.py`, `tests/nope.py`, "
         "`mt.decode.plan_for`, `mt.graphs`, `mt.decoding.search.nothing`, "
         "`mt.decoding.beam.Beam.nothing`; but `mt/decoding/`, `mt.decoding.beam.Beam.step`, "
-        "`mt.data.batch.Batch`, `mt.cli`, `runs/mt/x` and `mt.yaml` are fine."
+        "`mt.data.batch.Batch`, `mt.cli`, `runs/mt/x`, `git show 0abc:scripts/old.py` and "
+        "`mt.yaml` are fine."
     )
     assert missing(text) == [
         "mt/loss.py",
@@ -142,3 +144,9 @@ def test_the_layers_described_are_the_layout_tests():
     readme = ROOT.joinpath("README.md").read_text(encoding="utf-8")
     the_map = readme.split("## The map", 1)[1].split("| to find |", 1)[0]
     assert len(re.findall(r"^\| `mt/", the_map, flags=re.M)) == len(layers.elts)
+
+
+def test_the_scripts_index_names_every_script():
+    index = ROOT.joinpath("scripts", "README.md").read_text(encoding="utf-8")
+    scripts = {f"scripts/{p.name}" for p in ROOT.joinpath("scripts").glob("*.py")}
+    assert scripts <= named_paths(index)

@@ -78,9 +78,9 @@ READS_LATE = history(
     log_every=5,
 )  # fmt: skip
 
-# tiny.yaml on the Tatoeba files (health_grid.py's "tiny"): healthy, BLEU below 1 for all its
-# 300 updates, its training NLL stalling late (it fell 1.4% over updates 100 to 150, 0.1% over
-# 167 to 250, -0.3% over 183 to 275); logged every 5 updates, validated every 25
+# tiny.yaml on the Tatoeba files (the health grid's "tiny", docs/benchmarks.md): healthy, BLEU
+# below 1 for all its 300 updates, its training NLL stalling late (it fell 1.4% over updates 100
+# to 150, 0.1% over 167 to 250, -0.3% over 183 to 275); logged every 5 updates, validated every 25
 STALLS = history(
     [6.32, 5.8, 5.49, 5.27, 5.13, 4.96, 4.91, 4.82, 4.79, 4.73, 4.77, 4.68, 4.63, 4.66, 4.63,
      4.54, 4.6, 4.48, 4.58, 4.49, 4.45, 4.44, 4.41, 4.41, 4.45, 4.46, 4.32, 4.32, 4.41, 4.46,
