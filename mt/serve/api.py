@@ -63,6 +63,7 @@ from .requests import (
 
 PAGE = Path(__file__).with_name("page.html")
 LANGUAGE_NAMES = {"en": "English", "es": "Spanish"}
+INLINE_BYTES = 4096  # a body this small is parsed where it is read: a worker's hop costs more
 FRONTEND_TIMEOUT_MS = 500  # /frontend/settings: LibreTranslate's default
 MEDIA_TYPES = {  # /download_file's, by suffix
     ".txt": "text/plain; charset=utf-8",
@@ -199,6 +200,17 @@ class Api:
             raise BadRequest(503, why, 1)
         return self.service.info
 
+    def _work(self, body: bytes) -> Callable:
+        """How to run a request's parsing and sentence splitting: in a worker, or where it
+        is for a body of at most INLINE_BYTES (well under a millisecond of work)."""
+        if len(body) > INLINE_BYTES:
+            return self.service.work
+
+        async def inline(function: Callable, *args: Any) -> Any:
+            return function(*args)
+
+        return inline
+
     def _client(self, request: Any, fields: dict[str, Any]) -> tuple[str, Any]:
         """Who the request counts against and its allowance (mt.serve.access): 403 without a
         valid API key where keys are required."""
@@ -245,13 +257,15 @@ class Api:
         nbest: int,
         prefixes: list[str] | None = None,
         terms: list[list[str]] | None = None,
+        work: Callable | None = None,
     ) -> list:
         """Each text's n-best, its sentences decoded in the batcher and put back in its layout
         (mt.text), a request's worth of sentences at a time: the /translate requests that
         come meanwhile are decoded between them. Texts given `prefixes` or `terms` (which are
         a whole text's) are translated whole."""
         steered = prefixes is not None or terms is not None
-        layouts = await self.service.work(Layouts, texts, not steered)
+        work = work or self.service.work
+        layouts = await work(Layouts, texts, not steered)
         most, found = self.settings.max_texts, []
         if steered:
             found = await self.service.submit(layouts.sentences, beam, nbest, prefixes, terms)
@@ -259,7 +273,7 @@ class Api:
             for start in range(0, len(layouts.sentences), most):
                 sentences = layouts.sentences[start : start + most]
                 found += await self.service.submit(sentences, beam, nbest)
-        return await self.service.work(layouts.joined, found)
+        return await work(layouts.joined, found)
 
     @endpoint
     async def translate(self, request: Any) -> Any:
@@ -272,7 +286,7 @@ class Api:
         return _json(answer(found, single, taken, info, beam, seconds))
 
     async def _translate(self, request: Any, kind: str, body: bytes, info: dict) -> tuple:
-        work = self.service.work
+        work = self._work(body)
         fields, form = await work(parse_fields, kind, body)
         client = self._client(request, fields)
         texts, single, beam, alternatives, auto = await work(
@@ -296,7 +310,7 @@ class Api:
         if todo:
             steer = [None if x is None else [x[i] for i in todo] for x in (prefixes, terms)]
             wanted = [texts[i] for i in todo]
-            decoded = await self._translate_texts(wanted, beam, alternatives + 1, *steer)
+            decoded = await self._translate_texts(wanted, beam, alternatives + 1, *steer, work)
             for i, hyps in zip(todo, decoded):
                 found[i] = hyps
         return found, single, taken, beam
@@ -308,7 +322,8 @@ class Api:
         info = self._info()
         async with self.service.admitted():
             kind, body = await read_form(request, self.settings)
-            fields, _ = await self.service.work(parse_fields, kind, body)
+            work = self._work(body)
+            fields, _ = await work(parse_fields, kind, body)
             client = self._client(request, fields)
             texts, single = parse_texts(fields, DETECT_FIELDS)
             check_limits(texts, self.settings)

@@ -36,7 +36,7 @@ from .api import Api, error
 from .batcher import STOP_SECONDS, Service, Settings, log
 
 MAX_HEAD_BYTES = 16 << 10  # a request's line and headers (uvicorn's h11 default)
-HEAD_SECONDS = 10  # from a request's first byte to the end of its headers
+HEAD_SECONDS = 8  # from a request's first byte (or the connection) to the end of its headers
 # every answer's: no MIME sniffing, no framing (the page sets a stricter policy of its own)
 HEADERS = [
     (b"x-content-type-options", b"nosniff"),

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays 
 
 STOP_SECONDS = 8  # grace for the requests in flight at SIGTERM: the process is gone within 10 s
 DECODER_STOP_SECONDS = 2  # then the batch being decoded may finish, for clients gone by then
+IDLE_SECONDS = 1.0  # quiet for this long after work, the server hands freed memory back
 
 
 @dataclass
@@ -109,6 +110,7 @@ class Service:
         self.decoder: threading.Thread | None = None
         self.pending = 0  # requests admitted and not yet answered, counted on the event loop
         self.pool: Any = None  # the workers: a ThreadPoolExecutor, made at start
+        self.worked = False  # since memory was last handed back
         self.batches = self.decoded = 0  # decoder batches so far, and their texts
 
     @property
@@ -162,9 +164,20 @@ class Service:
         return self.translator.config.decode.beam
 
     def _decode(self) -> None:
-        """Take the oldest job, gather more for up to batch_wait_ms, decode, answer; repeat."""
+        """Take the oldest job, gather more for up to batch_wait_ms, decode, answer; repeat.
+        Idle for IDLE_SECONDS after any work, hand freed memory back (once: it takes a few
+        milliseconds, too many to spend after every batch)."""
         wait, limit = self.settings.batch_wait_ms / 1000, self.settings.batch_texts
-        while (first := self.jobs.get()) is not None:
+        while True:
+            try:
+                first = self.jobs.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                if self.worked:
+                    self.worked = False
+                    give_back_memory()
+                continue
+            if first is None:
+                break
             batch, size = [first], len(first.texts)
             deadline = time.monotonic() + wait
             while size < limit:
@@ -182,8 +195,7 @@ class Service:
                 groups.setdefault((job.beam, job.nbest), []).append(job)
             for (beam, nbest), jobs in groups.items():
                 self._run(jobs, beam, nbest)
-            if self.jobs.empty():
-                give_back_memory()
+            self.worked = True
 
     def _run(self, jobs: list[Job], beam: int, nbest: int) -> None:
         from ..decoding.search import Abandoned, abandoned
@@ -264,8 +276,7 @@ class Service:
             yield
         finally:
             self.pending -= 1
-            if not self.pending:  # what its parsing and writing freed, by a worker
-                self.pool.submit(give_back_memory)
+            self.worked = True  # its parsing and writing freed memory too
 
     async def work(self, function: Callable, *args: Any) -> Any:
         """`function(*args)` run by one of the workers: parsing and writing never hold up the
