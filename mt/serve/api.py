@@ -255,16 +255,15 @@ class Api:
         texts: list[str],
         beam: int,
         nbest: int,
+        work: Callable,
         prefixes: list[str] | None = None,
         terms: list[list[str]] | None = None,
-        work: Callable | None = None,
     ) -> list:
         """Each text's n-best, its sentences decoded in the batcher and put back in its layout
         (mt.text), a request's worth of sentences at a time: the /translate requests that
         come meanwhile are decoded between them. Texts given `prefixes` or `terms` (which are
         a whole text's) are translated whole."""
         steered = prefixes is not None or terms is not None
-        work = work or self.service.work
         layouts = await work(Layouts, texts, not steered)
         most, found = self.settings.max_texts, []
         if steered:
@@ -310,7 +309,7 @@ class Api:
         if todo:
             steer = [None if x is None else [x[i] for i in todo] for x in (prefixes, terms)]
             wanted = [texts[i] for i in todo]
-            decoded = await self._translate_texts(wanted, beam, alternatives + 1, *steer, work)
+            decoded = await self._translate_texts(wanted, beam, alternatives + 1, work, *steer)
             for i, hyps in zip(todo, decoded):
                 found[i] = hyps
         return found, single, taken, beam
@@ -378,7 +377,9 @@ class Api:
     async def _translate_documents(self, documents: list[Document], beam: int) -> list[bytes]:
         """Each document translated, all their texts decoded together."""
         requests = await self.service.work(lambda: [t for d in documents for t in d.requests()])
-        found = [hyps[0][0] for hyps in await self._translate_texts(requests, beam, 1)]
+        found = [
+            hyps[0][0] for hyps in await self._translate_texts(requests, beam, 1, self.service.work)
+        ]
         return await self.service.work(translate_documents, documents, lambda texts: found)
 
     @endpoint

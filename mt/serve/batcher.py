@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MtError, one_line
@@ -32,28 +32,41 @@ DECODER_STOP_SECONDS = 2  # then the batch being decoded may finish, for clients
 IDLE_SECONDS = 1.0  # quiet for this long after work, the server hands freed memory back
 
 
+def knob(default: float, help: str, least: int = 1) -> Any:
+    """A setting: its default, its `mt serve --help` text, the least value it takes."""
+    return field(default=default, metadata={"help": help, "least": least})
+
+
 @dataclass
 class Settings:
-    """The server's limits and batching knobs (`mt serve --help` shows each)."""
+    """The server's limits and batching knobs, each an option of `mt serve`."""
 
-    max_chars: int = 1000  # characters a text; longer: 413
-    max_texts: int = 64  # texts a request; more: 413
-    max_requests: int = 256  # requests being read, waiting or decoding at once; more: 503
-    batch_texts: int = 64  # texts a decoder batch gathers at most
-    batch_wait_ms: float = 10.0  # how long a batch waits for more after its first request
-    workers: int = 2  # threads that parse requests and documents and write translations
-    max_connections: int = 512  # open connections; more: 503 (uvicorn's limit_concurrency)
-    char_limit: int = 0  # characters a request, all its texts (LibreTranslate's); 0: none
-    req_limit: int = 0  # requests a minute per client (LibreTranslate's); 0: none
-    chars_per_minute: int = 0  # characters a minute per client; 0: none
-    kept_mb: int = 64  # translated files kept for /download_file, megabytes at most
-    kept_minutes: int = 30  # and for at most this long
+    max_chars: int = knob(1000, "Characters a text may have (413 beyond).")
+    max_texts: int = knob(64, "Texts a request may hold (413 beyond).")
+    max_requests: int = knob(256, "Requests being read, parsed or decoded at once (503 beyond).")
+    batch_texts: int = knob(64, "Texts of concurrent requests one decoder batch gathers at most.")
+    batch_wait_ms: float = knob(
+        10.0, "How long a batch waits for more requests after its first; 0: none.", least=0
+    )
+    workers: int = knob(2, "Threads that parse requests and documents and write translations.")
+    max_connections: int = knob(512, "Open connections at once (503 beyond).")
+    char_limit: int = knob(
+        0, "Characters a request, all its texts (413 beyond); 0: no limit.", least=0
+    )
+    req_limit: int = knob(
+        0, "Requests a minute per client, key or address (429 beyond); 0: no limit.", least=0
+    )
+    chars_per_minute: int = knob(
+        0, "Characters a minute per client, key or address (429 beyond); 0: no limit.", least=0
+    )
+    kept_mb: int = knob(64, "Megabytes of translated files kept for download.")
+    kept_minutes: int = knob(30, "Minutes a translated file is kept for download.")
 
     def __post_init__(self) -> None:
-        for key, value in dataclasses.asdict(self).items():
-            least = 0 if key in UNLIMITED else 1
+        for f in dataclasses.fields(self):
+            value, least = getattr(self, f.name), f.metadata["least"]
             if value < least:
-                raise ConfigError(f"--{key.replace('_', '-')} {value}: must be at least {least}")
+                raise ConfigError(f"--{f.name.replace('_', '-')} {value}: must be at least {least}")
 
     @property
     def max_body(self) -> int:
@@ -66,10 +79,6 @@ class Settings:
         """Characters of text a /translate_file document may hold: as many as its body may
         have bytes (a .docx or .odt is a zip, whose text can be far larger than itself)."""
         return self.max_body
-
-
-# settings where 0 is allowed: no wait (each batch takes what is there), or no limit
-UNLIMITED = {"batch_wait_ms", "char_limit", "req_limit", "chars_per_minute"}
 
 
 class BadRequest(Exception):

@@ -120,3 +120,28 @@ def start_cli_server(model: Path, *options: str) -> tuple[subprocess.Popen, str]
     address = line.rsplit("http://", 1)[1].strip().rstrip("/")
     wait_ready(address)
     return process, address
+
+
+def held_loader(
+    model: Path, free: threading.Event, loaded: threading.Event | None = None, seen=None
+) -> Callable[[], Translator]:
+    """A loader whose translator waits for `free` before each batch but the warm-up (and
+    itself, once called, for `loaded`), noting each batch's texts in `seen`."""
+
+    def load() -> Translator:
+        if loaded is not None:
+            loaded.wait(30)
+        translator = loader(model)()
+        decode = translator.translate_nbest
+
+        def held(texts: list[str], *args):
+            if seen is not None:
+                seen.extend(texts)
+            if texts != ["Hello."]:  # the warm-up passes
+                free.wait(30)
+            return decode(texts, *args)
+
+        translator.translate_nbest = held
+        return translator
+
+    return load

@@ -25,13 +25,14 @@ from helpers.serving import (
     SPANISH,
     call,
     expected,
+    held_loader,
     loader,
     multipart,
     serving,
     wait_ready,
 )
 from mt.data import tokenizer as tok
-from mt.decoding.engine import Translator, open_translator
+from mt.decoding.engine import open_translator
 from mt.decoding.pieces import source_pieces
 from mt.formats import FILE_FORMATS
 from mt.model import max_sentence_tokens
@@ -348,21 +349,7 @@ def test_wrong_method_path_and_disconnecting_clients(server, capfd):
 
 def test_loading_and_busy_answer_503_with_retry_after(model):
     loaded, free = threading.Event(), threading.Event()
-
-    def load() -> Translator:
-        loaded.wait(30)
-        translator = loader(model)()
-        decode = translator.translate_nbest
-
-        def held(texts: list[str], *args):
-            if texts != ["Hello."]:  # the warm-up passes
-                free.wait(30)
-            return decode(texts, *args)
-
-        translator.translate_nbest = held
-        return translator
-
-    with serving(load, max_requests=1) as (address, service):
+    with serving(held_loader(model, free, loaded), max_requests=1) as (address, service):
         for path, body in (("/health", None), ("/info", None), ("/translate", {"q": "Hi."})):
             status, answer, headers = call(address, path, body)
             assert (status, answer, headers["retry-after"]) == (

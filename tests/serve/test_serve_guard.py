@@ -26,6 +26,7 @@ from helpers.serving import (
     SENTENCES,
     call,
     chromium,
+    held_loader,
     loader,
     multipart,
     serving,
@@ -164,21 +165,7 @@ def test_nothing_is_decoded_for_a_client_that_left(model):
     the decoder goes on, none of the second client's texts is decoded."""
     seen: list[str] = []
     free = threading.Event()
-
-    def load():
-        translator = loader(model)()
-        decode = translator.translate_nbest
-
-        def held(texts, *args):
-            seen.extend(texts)
-            if texts != ["Hello."]:  # the warm-up passes
-                free.wait(30)
-            return decode(texts, *args)
-
-        translator.translate_nbest = held
-        return translator
-
-    with serving(load, batch_wait_ms=0) as (address, service):
+    with serving(held_loader(model, free, seen=seen), batch_wait_ms=0) as (address, service):
         wait_ready(address)
         first = threading.Thread(target=call, args=(address, "/translate", {"q": "Good morning."}))
         first.start()
