@@ -17,7 +17,7 @@ $(BIN)/mt: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev,plot,export,serve,language,formats,hf]"
 	@touch $@
 
-# Headless Chromium and its driver for the web page's test (tests/test_serve.py), from
+# Headless Chromium and its driver for the web page's test (tests/serve/test_serve_process.py), from
 # Debian's packages when we may install them (root, as CI is); else that test skips.
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
