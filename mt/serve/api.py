@@ -32,12 +32,9 @@ is cancelled where it is, its texts dropped from the decoder's queue.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-import re
 import time
-from base64 import b64encode
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -65,9 +62,16 @@ from .requests import (
     read_form,
     read_markups,
 )
+from .responses import (
+    answer,
+    endpoint,
+    json_answer,
+    language,
+    page_policy,
+    unless_gone,
+)
 
 PAGE = Path(__file__).with_name("page.html")
-LANGUAGE_NAMES = {"en": "English", "es": "Spanish"}
 AUTO_CHARS = 4000  # of a document's text, to tell its language from
 INLINE_BYTES = 4096  # a body this small is parsed where it is read: a worker's hop costs more
 FRONTEND_TIMEOUT_MS = 500  # /frontend/settings: LibreTranslate's default
@@ -79,110 +83,6 @@ MEDIA_TYPES = {  # /download_file's, by suffix
     ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     ".odt": "application/vnd.oasis.opendocument.text",
 }
-
-
-def _score(value: float) -> float | None:
-    return None if math.isnan(value) else round(value, 4)
-
-
-def answer(
-    found: list, single: bool, taken: list | None, info: dict, beam: int, seconds: float
-) -> dict:
-    """LibreTranslate's answer (translatedText, alternatives, and detectedLanguage: the
-    language each text was `taken_as`, given source auto) and ours."""
-    best = [hyps[0][0] for hyps in found]
-    alternatives = [[text for text, _ in hyps[1:]] for hyps in found]
-    scores = [[_score(s) for _, s in hyps] for hyps in found]
-    out: dict[str, Any] = {
-        "translatedText": best[0] if single else best,
-        "alternatives": alternatives[0] if single else alternatives,
-    }
-    if taken is not None:
-        out["detectedLanguage"] = taken[0] if single else taken
-    out.update(
-        scores=scores[0] if single else scores,
-        beam=beam,
-        model=info["model"],
-        step=info["step"],
-        seconds=round(seconds, 4),
-    )
-    return out
-
-
-def _json(content: Any, status: int = 200, headers: dict | None = None) -> Any:
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(content, status, headers=headers)
-
-
-def error(status: int, message: str, retry: int = 0) -> Any:
-    """`{"error": message}` with its status (and Retry-After, in seconds, where trying again
-    may work). After a body too slow or too large, whose rest may be on its way, the
-    connection is closed."""
-    headers = {"Retry-After": str(retry)} if retry else {}
-    if status in (408, 413):
-        headers["Connection"] = "close"
-    return _json({"error": message}, status, headers)
-
-
-class ClientGone(Exception):
-    """The client disconnected before its answer was ready."""
-
-
-def endpoint(handler: Callable) -> Callable:
-    """A handler whose BadRequest is its error answer."""
-
-    async def handle(api: Api, request: Any) -> Any:
-        from starlette.requests import ClientDisconnect
-
-        try:
-            return await handler(api, request)
-        except BadRequest as e:
-            return error(e.status, str(e), e.retry)
-        except (ClientDisconnect, ClientGone):  # nobody reads it: the access log's status
-            return error(499, "the client disconnected")
-
-    return handle
-
-
-async def unless_gone(request: Any, work: Awaitable) -> Any:
-    """The result of `work`, which is cancelled (its texts leave the decoder's queue) if the
-    client disconnects first: ClientGone then. The request's body must have been read."""
-    import asyncio
-
-    task = asyncio.ensure_future(work)
-
-    async def gone() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    watch = asyncio.ensure_future(gone())
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:  # also when this handler is cancelled (the server stopping)
-        watch.cancel()
-        left = not task.done()
-        task.cancel()  # no-op once it is done
-    if left:
-        raise ClientGone
-    return task.result()
-
-
-def page_policy(page: str) -> str:
-    """The page's Content-Security-Policy: its own inline script and style (by hash), its own
-    API, no framing."""
-
-    def hashes(tag: str) -> str:
-        found = re.findall(rf"<{tag}>(.*?)</{tag}>", page, re.S)
-        return " ".join(
-            f"'sha256-{b64encode(hashlib.sha256(x.encode()).digest()).decode()}'" for x in found
-        )
-
-    return (
-        f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; "
-        "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
-        "frame-ancestors 'none'"
-    )
 
 
 class Api:
@@ -246,14 +146,15 @@ class Api:
             "batches": sum(model.batches for model in models),
             "texts": sum(model.decoded for model in models),
         }
-        return _json({"status": "ready", **counts})
+        return json_answer({"status": "ready", **counts})
 
     @endpoint
     async def info(self, request: Any) -> Any:
         limits = dataclasses.asdict(self.settings) | {"max_body": self.settings.max_body}
         limits["api_keys"] = self.access.key_required
+        self._info()
         models = [model.info | {"beam": model.beam} for model in self.service.models]
-        return _json(self._info() | models[0] | {"models": models, "serve": limits})
+        return json_answer(models[0] | {"models": models, "serve": limits})
 
     @endpoint
     async def languages(self, request: Any) -> Any:
@@ -261,7 +162,7 @@ class Api:
         self._info()
         pairs = self.service.pairs
         codes = list(dict.fromkeys(code for pair in pairs for code in pair))
-        return _json([language(code, [t for s, t in pairs if s == code]) for code in codes])
+        return json_answer([language(code, [t for s, t in pairs if s == code]) for code in codes])
 
     async def _translate_texts(
         self,
@@ -297,7 +198,7 @@ class Api:
             work = self._translate(request, kind, body)
             found, single, taken, model, beam = await unless_gone(request, work)
         seconds = time.perf_counter() - started
-        return _json(
+        return json_answer(
             answer(found, single, taken, (model or self.service.first).info, beam, seconds)
         )
 
@@ -390,7 +291,7 @@ class Api:
             check_limits(texts, self.settings)
             self._charge(client, sum(map(len, texts)))
             found = await unless_gone(request, self._identify(texts))
-        return _json(found[0] if single else found)
+        return json_answer(found[0] if single else found)
 
     async def _identify(self, texts: list[str]) -> list[list[dict[str, Any]]]:
         """Each text's candidate languages among the models', best first, identified by a
@@ -416,7 +317,7 @@ class Api:
         source, target = self._info()["source"], self._info()["target"]  # the first model's
         src, tgt = language(source, []), language(target, [])
         keys = self.access.key_required
-        return _json(
+        return json_answer(
             {
                 "charLimit": self.settings.max_chars,
                 "frontendTimeout": FRONTEND_TIMEOUT_MS,
@@ -476,7 +377,7 @@ class Api:
         (data,) = await self._translate_documents([document], model.beam, model)
         stored = self.downloads.add(name, data)
         url = f"{self.public_url}/download_file/{quote(stored)}"
-        return _json({"translatedFileUrl": url})
+        return json_answer({"translatedFileUrl": url})
 
     @endpoint
     async def download_file(self, request: Any) -> Any:
@@ -491,8 +392,3 @@ class Api:
         headers = {"Content-Disposition": disposition}
         media = MEDIA_TYPES.get(Path(name).suffix.lower(), "application/octet-stream")
         return Response(data, media_type=media, headers=headers)
-
-
-def language(code: str, targets: list[str]) -> dict[str, Any]:
-    """A language as LibreTranslate's /languages lists it."""
-    return {"code": code, "name": LANGUAGE_NAMES.get(code, code), "targets": targets}

@@ -32,8 +32,9 @@ if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays 
     from ..decoding.engine import Translator
 
 from .access import Access
-from .api import Api, error
+from .api import Api
 from .batcher import STOP_SECONDS, Service, Settings, log
+from .responses import error
 
 MAX_HEAD_BYTES = 16 << 10  # a request's line and headers (uvicorn's h11 default)
 HEAD_SECONDS = 8  # from a request's first byte (or the connection) to the end of its headers
