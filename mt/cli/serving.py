@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -62,11 +63,13 @@ def with_settings(command: Callable) -> Callable:
 @app.command(name="serve")
 @with_settings
 def serve_command(
-    checkpoint: Annotated[
-        str | None,
+    checkpoints: Annotated[
+        list[str] | None,
         typer.Argument(
-            help="Run folder, checkpoint folder or file, or a folder from mt export. "
-            "Default: the newest run under ./runs."
+            help="Run folders, checkpoint folders or files, or folders from mt export: one "
+            "model a pair of languages, requests routed by their source and target. "
+            "Default: the newest run under ./runs.",
+            show_default=False,
         ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -81,7 +84,8 @@ def serve_command(
     trusted_proxies: TrustedProxiesOption = "",
     **settings: Any,
 ) -> None:
-    r"""Serve translations over HTTP: LibreTranslate's JSON API and a page.
+    r"""Serve translations over HTTP: LibreTranslate's JSON API and a page; several models
+    (en→es and es→en, say) behind one API.
 
     Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
     and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'. Before exposing it,
@@ -96,7 +100,12 @@ def serve_command(
     if public_url is not None and not public_url.startswith(("http://", "https://")):
         raise ConfigError(f"--public-url {public_url}: expected http://... or https://...")
     run(
-        lambda: open_translator_for(checkpoint, config, set_, device, engine, threads),
+        [
+            functools.partial(
+                open_translator_for, checkpoint, config, set_, device, engine, threads
+            )
+            for checkpoint in checkpoints or [None]
+        ],
         settings,
         host,
         port,

@@ -35,14 +35,14 @@ def loader(model: Path) -> Callable[[], Translator]:
 
 @contextmanager
 def serving(
-    open_model: Callable[[], Translator],
+    *open_models: Callable[[], Translator],
     access: Access | None = None,
     public_url: str | None = None,
     trusted_proxies: str = "",
     **settings,
 ):
-    """An in-process server on a free port: (its URL, its Service)."""
-    service = Service(open_model, Settings(**settings))
+    """An in-process server of one model or several on a free port: (its URL, its Service)."""
+    service = Service(list(open_models), Settings(**settings))
     sock = serve_app.listen("127.0.0.1", 0)
     app = serve_app.create_app(service, access, public_url)
     server = serve_app.server(app, service.settings.max_connections, trusted_proxies)
@@ -83,8 +83,8 @@ def wait_ready(address: str) -> None:
 
 def expected(service: Service, texts: list[str], beam: int, nbest: int) -> list:
     """What mt translate's own function gives for `texts` decoded alone."""
-    decode = dataclasses.replace(service.translator.config.decode, beam=beam, nbest=nbest)
-    return [service.translator.translate_nbest([t], decode)[0] for t in texts]
+    decode = dataclasses.replace(service.first.translator.config.decode, beam=beam, nbest=nbest)
+    return [service.first.translator.translate_nbest([t], decode)[0] for t in texts]
 
 
 def multipart(name: str, data: bytes, **fields: str) -> tuple[bytes, str]:
@@ -105,6 +105,25 @@ def chromium() -> tuple[str, str]:
     if not all(found):
         pytest.skip("no chromium and chromedriver: make install installs them as root")
     return found[0], found[1]
+
+
+@contextmanager
+def headless_chromium(tmp_path: Path):
+    """A headless Chromium driven by selenium (its leftovers in `tmp_path`), or a skip."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as Driver
+
+    browser, driver_path = chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,700"):
+        options.add_argument(flag)
+    temporary = {**os.environ, "TMPDIR": str(tmp_path)}
+    driver = webdriver.Chrome(options=options, service=Driver(driver_path, env=temporary))
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 def start_cli_server(model: Path, *options: str) -> tuple[subprocess.Popen, str]:

@@ -57,7 +57,7 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
     # a list, in order, each as decoded alone; source auto as LibreTranslate's clients send it
     status, answer, _ = call(address, "/translate", {"q": SENTENCES, "source": "auto"})
     assert status == 200
-    beam = service.beam
+    beam = service.first.beam
     assert answer["translatedText"] == [h[0][0] for h in expected(service, SENTENCES, beam, 1)]
     assert answer["alternatives"] == [[]] * len(SENTENCES)
     assert [found["language"] for found in answer["detectedLanguage"]] == ["en"] * 5
@@ -75,8 +75,8 @@ def test_a_paragraph_is_translated_sentence_by_sentence_its_layout_kept(server):
     text = "Hello.  I love you.\nWhere is the station? The coffee is hot.\n"
     status, answer, _ = call(address, "/translate", {"q": text, "alternatives": 1})
     assert status == 200
-    decode = dataclasses.replace(service.translator.config.decode, beam=2, nbest=2)
-    (want,) = translate_texts_nbest(service.translator, [text], decode)
+    decode = dataclasses.replace(service.first.translator.config.decode, beam=2, nbest=2)
+    (want,) = translate_texts_nbest(service.first.translator, [text], decode)
     assert [answer["translatedText"], *answer["alternatives"]] == [t for t, _ in want]
     best = [h[0][0] for h in expected(service, SENTENCES[:4], 2, 1)]
     assert answer["translatedText"] == f"{best[0]}  {best[1]}\n{best[2]} {best[3]}\n"
@@ -85,7 +85,7 @@ def test_a_paragraph_is_translated_sentence_by_sentence_its_layout_kept(server):
 def test_a_sentence_longer_than_the_positions_is_served_whole(model, capfd):
     with serving(loader(model), max_chars=20_000) as (address, service):
         wait_ready(address)
-        translator = service.translator
+        translator = service.first.translator
         limit = max_sentence_tokens(translator.model.cfg)
         text = long_sentence(translator.src_tokenizer, 2 * limit)
         status, answer, _ = call(address, "/translate", {"q": text, "beam": 1})
@@ -131,7 +131,7 @@ def test_concurrent_requests_share_batches_and_answer_as_alone(server):
     after = call(address, "/health")[1]
     assert after["texts"] - before["texts"] == len(texts)
     assert after["batches"] - before["batches"] < len(texts)  # some requests shared a batch
-    want = expected(service, texts, service.beam, 1)
+    want = expected(service, texts, service.first.beam, 1)
     assert answers == {t: h[0][0] for t, h in zip(texts, want)}
 
 
@@ -142,7 +142,7 @@ def test_libretranslate_clients_drive_it(server, tmp_path):
     from libretranslate_aio import DetectedLanguage, Detection, ForbiddenError
 
     address, service = server
-    beam = service.beam
+    beam = service.first.beam
     with lt.LibreTranslate(f"http://{address}") as client:
         assert [(x.code, x.name, x.targets) for x in client.languages()] == [
             ("en", "English", ["es"]),
@@ -196,13 +196,13 @@ def test_libretranslate_clients_drive_it(server, tmp_path):
 def test_a_file_is_translated_a_request_of_lines_at_a_time(model):
     with serving(loader(model), max_texts=2) as (address, service):
         wait_ready(address)
-        sizes, submit = [], service.submit
+        sizes, submit = [], service.first.submit
 
         async def recorded(texts, beam, nbest):
             sizes.append(len(texts))
             return await submit(texts, beam, nbest)
 
-        service.submit = recorded
+        service.first.submit = recorded
         lines = ["Hello.", "", "I love you.", "Good night.", "Thank you.", "Tom is here."]
         got, answer, _ = call(
             address, "/translate_file", *multipart("a.txt", "\n".join(lines).encode())
@@ -210,7 +210,7 @@ def test_a_file_is_translated_a_request_of_lines_at_a_time(model):
         assert got == 200 and sizes == [2, 2, 1]  # the 5 lines that are not blank
         with urllib.request.urlopen(f"http://{address}{answer['translatedFileUrl']}") as f:
             translated = f.read().decode().splitlines()
-        want = [x[0][0] for x in expected(service, [t for t in lines if t], service.beam, 1)]
+        want = [x[0][0] for x in expected(service, [t for t in lines if t], service.first.beam, 1)]
         assert [t for t in translated if t] == [t.strip() for t in want] and translated[1] == ""
 
 
@@ -277,7 +277,7 @@ def test_detect_refuses_what_it_cannot_identify(server, body, status, message):
 def test_source_auto_returns_a_text_already_in_the_target_language_as_it_is(server):
     address, service = server
     _, answer, _ = call(address, "/translate", {"q": [SPANISH, "Hello."], "source": "auto"})
-    hello = expected(service, ["Hello."], service.beam, 1)[0][0][0]
+    hello = expected(service, ["Hello."], service.first.beam, 1)[0][0][0]
     assert answer["translatedText"] == [SPANISH, hello]
     assert [found["language"] for found in answer["detectedLanguage"]] == ["es", "en"]
     assert (answer["alternatives"], answer["scores"][0]) == ([[], []], [None])
@@ -359,7 +359,7 @@ def test_loading_and_busy_answer_503_with_retry_after(model):
             )
         page = http.client.HTTPConnection(address)
         page.request("GET", "/")
-        assert b"English" in page.getresponse().read()  # the page itself shows at once
+        assert b'<textarea id="source"' in page.getresponse().read()  # the page shows at once
         loaded.set()
         wait_ready(address)
         first = threading.Thread(target=call, args=(address, "/translate", {"q": "Hi."}))
@@ -386,14 +386,14 @@ def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
         assert (info["engine"], info["model"], info["step"]) == ("ctranslate2", "ct2", 60)
         texts = [*SENTENCES, "Hello. I love you."]  # the text layer over CT2 alike
         _, answer, _ = call(address, "/translate", {"q": texts, "alternatives": 1})
-    decode = dataclasses.replace(service.translator.config.decode, nbest=2)
+    decode = dataclasses.replace(service.first.translator.config.decode, nbest=2)
     sentences = [*SENTENCES, "Hello.", "I love you."]
-    want = ct2.translate_nbest(service.translator.exported, sentences, decode)
+    want = ct2.translate_nbest(service.first.translator.exported, sentences, decode)
     assert answer["translatedText"][:-1] == [hyps[0][0] for hyps in want[:-2]]
     assert answer["alternatives"][:-1] == [[hyps[1][0]] for hyps in want[:-2]]
     assert answer["translatedText"][-1] == f"{want[-2][0][0]} {want[-1][0][0]}"
     # a sentence longer than the positions: whole, in the pieces torch's engine cuts
-    exported = service.translator.exported
+    exported = service.first.translator.exported
     limit = max_sentence_tokens(exported.config.model)
     text = long_sentence(exported.src_tokenizer, 2 * limit)
     pieces = tok.detokenize(

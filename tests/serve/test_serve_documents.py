@@ -7,7 +7,6 @@ Chromium. A tiny model (tests/serve/conftest.py's fixtures): the asserts are abo
 from __future__ import annotations
 
 import io
-import os
 import urllib.request
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from helpers.serving import call, chromium, expected, multipart
+from helpers.serving import call, expected, headless_chromium, multipart
 
 pytest.importorskip("selectolax")
 
@@ -29,7 +28,7 @@ def local(service, documents: list) -> list[bytes]:
     """What mt.formats gives with the served model's own decoding of each text."""
 
     def translate(texts: list[str]) -> list[str]:
-        return [hyps[0][0] for hyps in expected(service, texts, service.beam, 1)]
+        return [hyps[0][0] for hyps in expected(service, texts, service.first.beam, 1)]
 
     return translate_documents(documents, translate)
 
@@ -163,20 +162,11 @@ def test_mt_translate_translates_documents_and_refuses_bad_ones(cli_main, model,
 
 
 def test_the_page_translates_a_pasted_paragraph_in_headless_chromium(server, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser, driver_path = chromium()
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu"):
-        options.add_argument(flag)
-    temporary = {**os.environ, "TMPDIR": str(tmp_path)}
-    driver = webdriver.Chrome(options=options, service=Service(driver_path, env=temporary))
     paragraph = "Hello. I love you. Where is the station?"
-    try:
+    with headless_chromium(tmp_path) as driver:
         address, _ = server
         driver.get(f"http://{address}/")
         WebDriverWait(driver, 30).until(lambda d: "step 60" in d.find_element(By.ID, "model").text)
@@ -195,5 +185,3 @@ def test_the_page_translates_a_pasted_paragraph_in_headless_chromium(server, tmp
         want = " ".join(answer["translatedText"][0].split())  # as HTML shows it
         assert driver.find_element(By.ID, "target").text == want != ""
         assert driver.find_element(By.ID, "error").text == ""
-    finally:
-        driver.quit()

@@ -21,8 +21,8 @@ def test_a_prefix_starts_each_translation(server):
     status, answer, _ = call(address, "/translate", {"q": texts, "prefix": "La"})
     assert status == 200, answer
     assert all(text.startswith("La") for text in answer["translatedText"])
-    decode = dataclasses.replace(service.translator.config.decode, nbest=1)
-    want = service.translator.translate(texts, decode, prefixes=["La", "La"])
+    decode = dataclasses.replace(service.first.translator.config.decode, nbest=1)
+    want = service.first.translator.translate(texts, decode, prefixes=["La", "La"])
     assert answer["translatedText"] == want
     status, answer, _ = call(address, "/translate", {"q": texts, "prefix": ["", "Me"]})
     assert status == 200 and answer["translatedText"][1].startswith("Me"), answer
@@ -53,7 +53,7 @@ def test_a_glossary_puts_its_terms_in_the_translations(server):
     status, answer, _ = call(address, "/translate", {"q": texts, "glossary": glossary})
     assert status == 200, answer
     assert "música" in answer["translatedText"][0]
-    want = service.translator.translate(texts, constraints=[["música"], []])
+    want = service.first.translator.translate(texts, constraints=[["música"], []])
     assert answer["translatedText"] == want
 
 

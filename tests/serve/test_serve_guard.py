@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import signal
 import socket
@@ -25,7 +24,7 @@ from helpers.serving import (
     ENGLISH,
     SENTENCES,
     call,
-    chromium,
+    headless_chromium,
     held_loader,
     loader,
     multipart,
@@ -47,7 +46,7 @@ KEY = "k-3f9a1c"
 def keyed(model):
     """A server that needs a key: KEY with 3 requests a minute, `spare` with no limit."""
     keys = {KEY: Allowance(requests=3), "spare": Allowance()}
-    with serving(loader(model), Access(keys)) as (address, service):
+    with serving(loader(model), access=Access(keys)) as (address, service):
         wait_ready(address)
         yield address, service
 
@@ -86,19 +85,10 @@ def test_libretranslate_clients_and_the_page_work_with_a_key(keyed, tmp_path):
     assert lt_py.translate("Hello.", "en", "es")
     assert lt_py.detect(ENGLISH)[0]["language"] == "en"
 
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser, driver_path = chromium()
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,700"):
-        options.add_argument(flag)
-    temporary = {**os.environ, "TMPDIR": str(tmp_path)}
-    driver = webdriver.Chrome(options=options, service=Service(driver_path, env=temporary))
-    try:
+    with headless_chromium(tmp_path) as driver:
         driver.get(f"http://{address}/")
         wait = WebDriverWait(driver, 30)
         wait.until(lambda d: d.find_element(By.ID, "keyed").is_displayed())
@@ -112,13 +102,11 @@ def test_libretranslate_clients_and_the_page_work_with_a_key(keyed, tmp_path):
         assert driver.find_element(By.ID, "error").text == ""
         logs = driver.get_log("browser")  # a Content-Security-Policy violation shows here
         assert not [x for x in logs if "Content Security Policy" in x["message"]], logs
-    finally:
-        driver.quit()
 
 
 def test_per_address_limits_of_requests_and_characters(model):
     access = Access(None, Allowance(requests=100, chars=20))
-    with serving(loader(model), access, char_limit=15) as (address, _):
+    with serving(loader(model), access=access, char_limit=15) as (address, _):
         wait_ready(address)
         assert call(address, "/translate", {"q": ["Hello.", "Hi."]})[0] == 200  # 9 characters
         status, answer, headers = call(address, "/translate", {"q": "I love you, dog."})
@@ -176,7 +164,7 @@ def test_nothing_is_decoded_for_a_client_that_left(model):
         head = "POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         with socket.create_connection((host, int(port))) as raw:
             raw.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n{body}".encode())
-            while service.jobs.qsize() < 1:  # its texts are queued
+            while service.first.jobs.qsize() < 1:  # its texts are queued
                 time.sleep(0.01)
         while service.pending > 1:  # the server saw it leave
             time.sleep(0.01)

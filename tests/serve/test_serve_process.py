@@ -8,7 +8,6 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-import os
 import signal
 import socket
 import threading
@@ -20,26 +19,17 @@ from helpers.corpus import PAIRS
 from helpers.serving import (
     SENTENCES,
     call,
-    chromium,
     expected,
+    headless_chromium,
     start_cli_server,
 )
 
 
 def test_the_page_translates_as_you_type_in_headless_chromium(server, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser, driver_path = chromium()
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1000,700"):
-        options.add_argument(flag)
-    temporary = {**os.environ, "TMPDIR": str(tmp_path)}  # chromium's leftovers go with tmp_path
-    driver = webdriver.Chrome(options=options, service=Service(driver_path, env=temporary))
-    try:
+    with headless_chromium(tmp_path) as driver:
         address, service = server
         driver.get(f"http://{address}/")
         WebDriverWait(driver, 30).until(lambda d: "step 60" in d.find_element(By.ID, "model").text)
@@ -54,8 +44,6 @@ def test_the_page_translates_as_you_type_in_headless_chromium(server, tmp_path):
         assert [row.text for row in rows] == shown
         assert driver.find_element(By.ID, "error").text == ""
         assert driver.save_screenshot(str(tmp_path / "page.png"))
-    finally:
-        driver.quit()
 
 
 def test_sigterm_under_load_answers_every_request_in_flight_and_exits_0(model):
