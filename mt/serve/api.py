@@ -314,8 +314,8 @@ class Api:
 
     @endpoint
     async def frontend_settings(self, request: Any) -> Any:
-        source, target = self._info()["source"], self._info()["target"]  # the first model's
-        src, tgt = language(source, []), language(target, [])
+        info = self._info()  # the first model's pair
+        src, tgt = language(info["source"], []), language(info["target"], [])
         keys = self.access.key_required
         return json_answer(
             {
