@@ -17,7 +17,7 @@ $(BIN)/mt: pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev,plot,export,serve,language,formats,hf]"
 	@touch $@
 
-# Headless Chromium and its driver for the web page's test (tests/test_serve.py), from
+# Headless Chromium and its driver for the web page's test (tests/serve/test_serve_process.py), from
 # Debian's packages when we may install them (root, as CI is); else that test skips.
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
@@ -27,7 +27,7 @@ browser:
 	echo "make: no chromium and chromedriver: the browser test will skip"
 
 # pandoc, to make the document corpus's .docx, .odt and .html from markdown at test time
-# (tests/test_document_corpus.py), as the browser is; else those tests skip. LibreOffice, too
+# (tests/formats/test_document_corpus.py), as the browser is; else those tests skip. LibreOffice, too
 # large to install here, is used where it is installed.
 pandoc:
 	@command -v pandoc >/dev/null || \

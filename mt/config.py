@@ -155,7 +155,7 @@ class TrainConfig:
     # with a warning where compiling fails); auto: on CUDA when batches are packed (one shape,
     # one compile), not where every batch would be a new shape to compile
     compile: Literal["auto", True, False] = resumable("auto")
-    # Sentences packed side by side into rows of train.pack_length tokens (mt/packing.py):
+    # Sentences packed side by side into rows of train.pack_length tokens (mt/data/packing.py):
     # every batch has one shape, without padding; attention never crosses sentences and
     # positions restart at each. auto: packed on CUDA, where one shape is what lets a compiled
     # step pay; padded batches of similar lengths elsewhere (on a CPU attention over whole
@@ -217,7 +217,7 @@ class DecodeConfig:
     coverage: float = resumable(0.5)
     # validation, translate and evaluate; auto: train.precision's rule on GPUs; on a CPU
     # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
-    # translations (bf16's differ a little) depend on the machine's load (README)
+    # translations (bf16's differ a little) depend on the machine's load (docs/train.md)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
     # more checkpoints of the same tokenizers decoded with the model as one ensemble: each
     # step averages the models' probabilities (fairseq's rule)

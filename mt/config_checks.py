@@ -190,7 +190,7 @@ def _check_entry(entry: Entry, data: DataConfig, key: str, check_files: bool, fa
 TATOEBA_HINT = (
     " (the Tatoeba recipe's data: download the Tatoeba/Anki spa-eng pairs, "
     "https://www.manythings.org/anki/spa-eng.zip, then `python scripts/tatoeba_files.py "
-    "spa-eng.zip ../shared/data` makes its train, valid and test files; README, 'Data')"
+    "spa-eng.zip ../shared/data` makes its train, valid and test files; docs/data.md)"
 )
 
 

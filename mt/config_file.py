@@ -75,7 +75,9 @@ def decoding_config(
     return config
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path, extending: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's sections; one that says `extends: OTHER.yaml` (beside it, or shipped)
+    is OTHER's sections with its own keys on top."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -86,7 +88,20 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
-    return raw
+    if "extends" not in raw:
+        return raw
+    name = raw.pop("extends")
+    if not isinstance(name, str):
+        raise ConfigError(f"{path}: extends: expected a config file's name, got {describe(name)}")
+    beside = path.parent / name
+    base_path = find_config_file(beside if beside.is_file() else name).resolve()
+    if base_path in (path.resolve(), *extending):
+        raise ConfigError(f"{path}: extends {name}, which extends it in turn")
+    base = _read_yaml(base_path, (*extending, path.resolve()))
+    for section, keys in raw.items():
+        merged = isinstance(keys, dict) and isinstance(base.get(section), dict)
+        base[section] = {**base[section], **keys} if merged else keys
+    return base
 
 
 def config_from_dict(raw: dict[str, Any], origin: str) -> Config:

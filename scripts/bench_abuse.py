@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_serve import serving  # the server in a process of its own, stopped with SIGTERM
+from benchkit import serving  # the server in a process of its own, stopped with SIGTERM
 
 MB = 1 << 20
 SENTENCE = "The old man walked slowly along the river, thinking about the long winter ahead. "

@@ -7,7 +7,7 @@ synthetic corpus is weighted 1 (half of each epoch's pairs). BLEU and chrF with 
 Tatoeba test and FLORES-200 devtest. Prints a Markdown table with the machine line, then one
 JSON record.
 
-The reverse model and the tagged run are README's three back-translation commands, run as
+The reverse model and the tagged run are docs/train.md's three back-translation commands, run as
 written there (paths aside). Four 20-minute trainings, two translations of 56k sentences and
 six decodings of the test sets: several hours on a 2-core CPU. A smoke run of its plumbing:
 
@@ -24,7 +24,7 @@ import random
 import shlex
 from pathlib import Path
 
-from bench_ensemble import FLORES, bleu, budget, cut, mt, options, record, report, tatoeba, train
+from benchkit import FLORES, bleu, budget, cut, mt, options, record, report, tatoeba, train
 
 from mt.data.corpus import read_pairs_jsonl
 

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from benchkit import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "tatoeba_cpu.yaml"
@@ -242,19 +243,6 @@ def compare(base: Path, work: Path, size: int, repeats: int) -> dict:
         "medians": medians,
         "ratio": medians["new"] / medians["base"],
     }
-
-
-def machine() -> str:
-    """The CPU's model and the flags that matter here, the cores and the memory."""
-    info = Path("/proc/cpuinfo").read_text()
-    model = re.search(r"model name\s*: (.*)", info)
-    flags = set(re.search(r"flags\s*: (.*)", info).group(1).split())
-    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (
-        f"{model.group(1) if model else 'unknown CPU'} ({' '.join(wanted)}), "
-        f"{os.cpu_count()} cores, {memory:.0f} GiB"
-    )
 
 
 def per_pair(r: dict, command: str, key: str) -> tuple[float, float]:

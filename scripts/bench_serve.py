@@ -21,60 +21,13 @@ import itertools
 import json
 import os
 import shlex
-import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-MT = str(Path(sys.executable).parent / "mt")
-
-
-@contextmanager
-def serving(model: str, *options: str, log: Path | None = None) -> Iterator[str]:
-    """`mt serve MODEL` on a free port of 127.0.0.1, once ready: its address. On leaving, it is
-    stopped with SIGTERM; the exit status and the seconds it took go to `serving.stopped`, the
-    process is `serving.process`."""
-    with open(log or os.devnull, "w") as err:
-        process = subprocess.Popen(
-            [MT, "serve", model, "--port", "0", *options], stderr=subprocess.PIPE, text=True
-        )
-        serving.process = process
-        line = process.stderr.readline()
-        if "listening on http://127.0.0.1:" not in line:
-            raise SystemExit(f"mt serve did not start: {line}{process.stderr.read()}")
-        address = line.rsplit("http://", 1)[1].strip().rstrip("/")
-        # the log goes on to a file (or nowhere), so that a full pipe never blocks the server
-        copier = threading.Thread(target=lambda: err.writelines(process.stderr), daemon=True)
-        copier.start()
-        try:
-            while health(address) is None:
-                if process.poll() is not None:
-                    raise SystemExit(f"mt serve exited with {process.returncode}")
-                time.sleep(0.2)
-            yield address
-        finally:
-            process.send_signal(signal.SIGTERM)
-            started = time.perf_counter()
-            code = process.wait(30)
-            serving.stopped = {"exit": code, "seconds": time.perf_counter() - started}
-            copier.join(5)
-
-
-def health(address: str) -> dict | None:
-    """/health's answer once the model is ready, else None."""
-    try:
-        connection = http.client.HTTPConnection(address, timeout=10)
-        connection.request("GET", "/health")
-        response = connection.getresponse()
-        body = response.read()
-        return json.loads(body) if response.status == 200 else None
-    except OSError:
-        return None
+from benchkit import health, serving
 
 
 def load(address: str, sentences: list[str], clients: int, seconds: float, limit: int) -> dict:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_serve import serving
+from benchkit import serving
 
 from mt.data.corpus import read_pairs_jsonl
 from mt.decoding.evaluate import bleu_chrf

@@ -84,12 +84,6 @@ class SdpaAlways(nn.Module):
             return self.model(src, tgt_in)
 
 
-# torch.nn.Transformer of this shape trained at about this many target tokens/s on the
-# machine where the project's peer toolkits were measured (the project's own figure):
-# scripts/bench.py scales the peers' speeds by what the reference does here.
-REFERENCE_THEN = 2750.0
-
-
 def setup(data: Path, config_name: str = "tatoeba_cpu.yaml", overrides=(), count: int = 40):
     """The recipe's config and its first `count` Tatoeba training batches, as tensors."""
     config = load_config(

@@ -1,7 +1,8 @@
 """Does `mt score` prefer a reference to a wrong translation? For each test pair, the model's
 score of its reference against that of another pair's reference (a seeded derangement: no
 pair keeps its own), both length-normalised as beam search ranks and as total log-probability.
-Prints one JSON object with the machine it ran on.
+Prints one JSON object with the machine it ran on; `make bench`'s step `score`
+(`python scripts/bench.py --only score`) renders it.
 
     python scripts/score_ranking.py runs/tatoeba_cpu \
         --pairs ../shared/data/tatoeba_en_es.test.jsonl.gz
@@ -13,6 +14,26 @@ import argparse
 import json
 
 import numpy as np
+from benchkit import machine
+
+
+def render(r: dict) -> list[str]:
+    """The section of docs/benchmarks.md."""
+    return [
+        "## `mt score`: a reference against another pair's",
+        "",
+        f"`{r['checkpoint']}` on {r['pairs']:,} Tatoeba test pairs, each scored with its own "
+        "reference and with another pair's (a seeded derangement; "
+        f"{r['identical_references']} identical references). Machine: {r['machine']}. "
+        "Command: `python scripts/score_ranking.py runs/bench/tatoeba_cpu --pairs "
+        "../shared/data/tatoeba_en_es.test.jsonl.gz`.",
+        "",
+        "| ranked by | reference first |",
+        "|---|---:|",
+        f"| length-normalised score | {r['reference_ranked_first_score']:.1%} |",
+        f"| total log-probability | {r['reference_ranked_first_logprob']:.1%} |",
+        "",
+    ]
 
 
 def main() -> None:
@@ -21,8 +42,6 @@ def main() -> None:
     parser.add_argument("--pairs", required=True)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-
-    from bench import machine  # scripts/ is on the path of a script run from it
 
     from mt.data.corpus import read_pairs_jsonl
     from mt.decoding.engine import open_translator

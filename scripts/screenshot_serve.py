@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench_serve import serving
+from benchkit import serving
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By

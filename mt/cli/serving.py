@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
 from ..errors import ConfigError
-from ..serve.batcher import (
-    Settings as ServeSettings,  # its defaults are the options'; no server deps
-)
+from ..serve.batcher import Settings as ServeSettings  # the options; no server deps
 from .app import app
 from .decoding import (
     DecodeConfigOption,
@@ -23,32 +25,6 @@ from .decoding import (
 # The help texts write mt\[plot]: rich would take a bare [plot] for markup and drop it.
 
 
-MaxCharsOption = Annotated[int, typer.Option(help="Characters a text may have (413 beyond).")]
-MaxTextsOption = Annotated[int, typer.Option(help="Texts a request may hold (413 beyond).")]
-MaxRequestsOption = Annotated[
-    int, typer.Option(help="Requests waiting or decoding at once (503 beyond).")
-]
-BatchTextsOption = Annotated[
-    int, typer.Option(help="Texts of concurrent requests one decoder batch gathers at most.")
-]
-BatchWaitOption = Annotated[
-    float, typer.Option(help="How long a batch waits for more requests after its first.")
-]
-WorkersOption = Annotated[
-    int, typer.Option(help="Threads that parse requests and documents and write translations.")
-]
-MaxConnectionsOption = Annotated[int, typer.Option(help="Open connections at once (503 beyond).")]
-CharLimitOption = Annotated[
-    int, typer.Option(help="Characters a request, all its texts (413 beyond); 0: no limit.")
-]
-ReqLimitOption = Annotated[
-    int, typer.Option(help="Requests a minute per client, key or address (429 beyond); 0: none.")
-]
-CharsPerMinuteOption = Annotated[
-    int, typer.Option(help="Characters a minute per client, key or address (429); 0: none.")
-]
-KeptMbOption = Annotated[int, typer.Option(help="Megabytes of translated files kept.")]
-KeptMinutesOption = Annotated[int, typer.Option(help="Minutes a translated file is kept.")]
 ApiKeysOption = Annotated[
     str | None,
     typer.Option(
@@ -66,13 +42,34 @@ TrustedProxiesOption = Annotated[
 ]
 
 
+def with_settings(command: Callable) -> Callable:
+    """`command`, which takes **settings, with an option for each of the server's Settings
+    (its default and help from the field): typer reads the signature made here."""
+    signature = inspect.signature(command, eval_str=True)
+    options = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=f.default,
+            annotation=Annotated[type(f.default), typer.Option(help=f.metadata["help"])],
+        )
+        for f in dataclasses.fields(ServeSettings)
+    ]
+    named = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    command.__signature__ = signature.replace(parameters=named + options)
+    return command
+
+
 @app.command(name="serve")
+@with_settings
 def serve_command(
-    checkpoint: Annotated[
-        str | None,
+    checkpoints: Annotated[
+        list[str] | None,
         typer.Argument(
-            help="Run folder, checkpoint folder or file, or a folder from mt export. "
-            "Default: the newest run under ./runs."
+            help="Run folders, checkpoint folders or files, or folders from mt export: one "
+            "model a pair of languages, requests routed by their source and target. "
+            "Default: the newest run under ./runs.",
+            show_default=False,
         ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
@@ -82,23 +79,13 @@ def serve_command(
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
-    max_chars: MaxCharsOption = ServeSettings.max_chars,
-    max_texts: MaxTextsOption = ServeSettings.max_texts,
-    max_requests: MaxRequestsOption = ServeSettings.max_requests,
-    batch_texts: BatchTextsOption = ServeSettings.batch_texts,
-    batch_wait_ms: BatchWaitOption = ServeSettings.batch_wait_ms,
-    workers: WorkersOption = ServeSettings.workers,
-    max_connections: MaxConnectionsOption = ServeSettings.max_connections,
-    char_limit: CharLimitOption = ServeSettings.char_limit,
-    req_limit: ReqLimitOption = ServeSettings.req_limit,
-    chars_per_minute: CharsPerMinuteOption = ServeSettings.chars_per_minute,
-    kept_mb: KeptMbOption = ServeSettings.kept_mb,
-    kept_minutes: KeptMinutesOption = ServeSettings.kept_minutes,
     api_keys: ApiKeysOption = None,
     public_url: PublicUrlOption = None,
     trusted_proxies: TrustedProxiesOption = "",
+    **settings: Any,
 ) -> None:
-    r"""Serve translations over HTTP: LibreTranslate's JSON API and a page.
+    r"""Serve translations over HTTP: LibreTranslate's JSON API and a page; several models
+    (en→es and es→en, say) behind one API.
 
     Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
     and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'. Before exposing it,
@@ -107,26 +94,18 @@ def serve_command(
     from ..serve.access import Access, Allowance, read_keys
     from ..serve.app import run
 
-    settings = ServeSettings(
-        max_chars=max_chars,
-        max_texts=max_texts,
-        max_requests=max_requests,
-        batch_texts=batch_texts,
-        batch_wait_ms=batch_wait_ms,
-        workers=workers,
-        max_connections=max_connections,
-        char_limit=char_limit,
-        req_limit=req_limit,
-        chars_per_minute=chars_per_minute,
-        kept_mb=kept_mb,
-        kept_minutes=kept_minutes,
-    )
-    default = Allowance(req_limit, chars_per_minute)
+    settings = ServeSettings(**settings)
+    default = Allowance(settings.req_limit, settings.chars_per_minute)
     access = Access(read_keys(api_keys, default) if api_keys else None, default)
     if public_url is not None and not public_url.startswith(("http://", "https://")):
         raise ConfigError(f"--public-url {public_url}: expected http://... or https://...")
     run(
-        lambda: open_translator_for(checkpoint, config, set_, device, engine, threads),
+        [
+            functools.partial(
+                open_translator_for, checkpoint, config, set_, device, engine, threads
+            )
+            for checkpoint in checkpoints or [None]
+        ],
         settings,
         host,
         port,

@@ -3,7 +3,7 @@ stays two lines), its number and timings as they were.
 
 Read here and written by `srt`, whose reader is one regex that backtracks: a file of 1,200
 digits took it 17 s, one of 20,000 spaces 20 s. This reader takes the files srt's takes, into
-the same cues (tests/test_hostile_input.py compares them), in one pass over the lines, each
+the same cues (tests/serve/test_hostile_input.py compares them), in one pass over the lines, each
 matched by an anchored pattern with one way to match: a cue is its number (which may be
 missing), its timing line, and its text, up to a blank line followed by the next cue's number
 or timing (a blank line followed by anything else is text), or up to the next cue's number

@@ -32,8 +32,9 @@ if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays 
     from ..decoding.engine import Translator
 
 from .access import Access
-from .api import Api, error
+from .api import Api
 from .batcher import STOP_SECONDS, Service, Settings, log
+from .responses import error
 
 MAX_HEAD_BYTES = 16 << 10  # a request's line and headers (uvicorn's h11 default)
 HEAD_SECONDS = 8  # from a request's first byte (or the connection) to the end of its headers
@@ -233,7 +234,7 @@ def server(
 
 
 def run(
-    open_model: Callable[[], Translator],
+    open_models: list[Callable[[], Translator]],
     settings: Settings,
     host: str,
     port: int,
@@ -250,7 +251,7 @@ def run(
             "starlette and uvicorn are not installed: pip install 'mt[serve]'"
         ) from None
     sock = listen(host, port)
-    service = Service(open_model, settings)
+    service = Service(open_models, settings)
     app = create_app(service, access, public_url)
     uv = server(app, settings.max_connections, trusted_proxies)
     service.on_failure = lambda: setattr(uv, "should_exit", True)

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, MtError, one_line
@@ -32,28 +32,41 @@ DECODER_STOP_SECONDS = 2  # then the batch being decoded may finish, for clients
 IDLE_SECONDS = 1.0  # quiet for this long after work, the server hands freed memory back
 
 
+def knob(default: float, help: str, least: int = 1) -> Any:
+    """A setting: its default, its `mt serve --help` text, the least value it takes."""
+    return field(default=default, metadata={"help": help, "least": least})
+
+
 @dataclass
 class Settings:
-    """The server's limits and batching knobs (`mt serve --help` shows each)."""
+    """The server's limits and batching knobs, each an option of `mt serve`."""
 
-    max_chars: int = 1000  # characters a text; longer: 413
-    max_texts: int = 64  # texts a request; more: 413
-    max_requests: int = 256  # requests being read, waiting or decoding at once; more: 503
-    batch_texts: int = 64  # texts a decoder batch gathers at most
-    batch_wait_ms: float = 10.0  # how long a batch waits for more after its first request
-    workers: int = 2  # threads that parse requests and documents and write translations
-    max_connections: int = 512  # open connections; more: 503 (uvicorn's limit_concurrency)
-    char_limit: int = 0  # characters a request, all its texts (LibreTranslate's); 0: none
-    req_limit: int = 0  # requests a minute per client (LibreTranslate's); 0: none
-    chars_per_minute: int = 0  # characters a minute per client; 0: none
-    kept_mb: int = 64  # translated files kept for /download_file, megabytes at most
-    kept_minutes: int = 30  # and for at most this long
+    max_chars: int = knob(1000, "Characters a text may have (413 beyond).")
+    max_texts: int = knob(64, "Texts a request may hold (413 beyond).")
+    max_requests: int = knob(256, "Requests being read, parsed or decoded at once (503 beyond).")
+    batch_texts: int = knob(64, "Texts of concurrent requests one decoder batch gathers at most.")
+    batch_wait_ms: float = knob(
+        10.0, "How long a batch waits for more requests after its first; 0: none.", least=0
+    )
+    workers: int = knob(2, "Threads that parse requests and documents and write translations.")
+    max_connections: int = knob(512, "Open connections at once (503 beyond).")
+    char_limit: int = knob(
+        0, "Characters a request, all its texts (413 beyond); 0: no limit.", least=0
+    )
+    req_limit: int = knob(
+        0, "Requests a minute per client, key or address (429 beyond); 0: no limit.", least=0
+    )
+    chars_per_minute: int = knob(
+        0, "Characters a minute per client, key or address (429 beyond); 0: no limit.", least=0
+    )
+    kept_mb: int = knob(64, "Megabytes of translated files kept for download.")
+    kept_minutes: int = knob(30, "Minutes a translated file is kept for download.")
 
     def __post_init__(self) -> None:
-        for key, value in dataclasses.asdict(self).items():
-            least = 0 if key in UNLIMITED else 1
+        for f in dataclasses.fields(self):
+            value, least = getattr(self, f.name), f.metadata["least"]
             if value < least:
-                raise ConfigError(f"--{key.replace('_', '-')} {value}: must be at least {least}")
+                raise ConfigError(f"--{f.name.replace('_', '-')} {value}: must be at least {least}")
 
     @property
     def max_body(self) -> int:
@@ -66,10 +79,6 @@ class Settings:
         """Characters of text a /translate_file document may hold: as many as its body may
         have bytes (a .docx or .odt is a zip, whose text can be far larger than itself)."""
         return self.max_body
-
-
-# settings where 0 is allowed: no wait (each batch takes what is there), or no limit
-UNLIMITED = {"batch_wait_ms", "char_limit", "req_limit", "chars_per_minute"}
 
 
 class BadRequest(Exception):
@@ -94,39 +103,35 @@ class Job:
     cancelled: bool = False  # its client left (or the server stops): skip it
 
 
-class Service:
-    """The model, opened in a thread of its own, and the decoder thread that batches jobs.
+class Model:
+    """One model of the server, opened in a thread of its own, and its decoder thread that
+    batches the jobs sent to it. `open_model()` returns the `engine.Translator` to serve (its
+    decode section is the model's default)."""
 
-    `open_model()` returns the `engine.Translator` to serve (its decode section is the
-    server's default)."""
-
-    def __init__(self, open_model: Callable[[], Translator], settings: Settings):
-        self.open_model, self.settings = open_model, settings
+    def __init__(self, open_model: Callable[[], Translator], service: Service) -> None:
+        self.open_model, self.service, self.settings = open_model, service, service.settings
         self.translator: Translator | None = None
         self.info: dict[str, Any] = {}
         self.error: BaseException | None = None
-        self.on_failure: Callable[[], None] = lambda: None
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.decoder: threading.Thread | None = None
-        self.pending = 0  # requests admitted and not yet answered, counted on the event loop
-        self.pool: Any = None  # the workers: a ThreadPoolExecutor, made at start
-        self.worked = False  # since memory was last handed back
         self.batches = self.decoded = 0  # decoder batches so far, and their texts
 
     @property
     def ready(self) -> bool:
         return self.translator is not None
 
-    def start(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
+    @property
+    def pair(self) -> tuple[str, str]:
+        """The languages it translates from and to."""
+        return self.info["source"], self.info["target"]
 
-        self.pool = ThreadPoolExecutor(self.settings.workers, thread_name_prefix="mt-work")
+    def start(self) -> None:
         threading.Thread(target=self._load, name="mt-load", daemon=True).start()
 
     def stop(self) -> None:
         """Let the decoder finish its batch (DECODER_STOP_SECONDS at most) and stop."""
         self.jobs.put(None)
-        self.pool.shutdown(wait=False, cancel_futures=True)
         if self.decoder is not None:
             self.decoder.join(DECODER_STOP_SECONDS)
 
@@ -141,9 +146,7 @@ class Service:
             translator = self.open_model()
             translator.translate_nbest(["Hello."])  # warm up the first batch
         except BaseException as e:  # an MtError to report, or a bug: the server stops either way
-            self.error = e
-            log("the model could not be loaded; stopping")
-            self.on_failure()
+            self.service.failed(self, e)
             return
         self.info = translator.info()
         # what is loaded now stays: kept out of the collector's full passes, which then take
@@ -155,8 +158,10 @@ class Service:
         seconds = time.perf_counter() - started
         log(
             f"ready in {seconds:.1f} s: {self.info['model']} (step {self.info['step']}), "
-            f"{self.info['engine']} on {self.info['device']}, beam {self.beam}"
+            f"{'→'.join(self.pair)}, {self.info['engine']} on {self.info['device']}, "
+            f"beam {self.beam}"
         )
+        self.service.loaded()
 
     @property
     def beam(self) -> int:
@@ -172,8 +177,8 @@ class Service:
             try:
                 first = self.jobs.get(timeout=IDLE_SECONDS)
             except queue.Empty:
-                if self.worked:
-                    self.worked = False
+                if self.service.worked:
+                    self.service.worked = False
                     give_back_memory()
                 continue
             if first is None:
@@ -195,7 +200,7 @@ class Service:
                 groups.setdefault((job.beam, job.nbest), []).append(job)
             for (beam, nbest), jobs in groups.items():
                 self._run(jobs, beam, nbest)
-            self.worked = True
+            self.service.worked = True
 
     def _run(self, jobs: list[Job], beam: int, nbest: int) -> None:
         from ..decoding.search import Abandoned, abandoned
@@ -261,6 +266,70 @@ class Service:
         except asyncio.CancelledError:
             job.cancelled = True
             raise
+
+
+class Service:
+    """The models of a server and what they share: the workers, the requests in flight,
+    the limits. Each model has its own decoder thread; a pair of languages one model."""
+
+    def __init__(self, open_models: list[Callable[[], Translator]], settings: Settings):
+        self.settings = settings
+        self.models = [Model(open_model, self) for open_model in open_models]
+        self.error: BaseException | None = None
+        self.on_failure: Callable[[], None] = lambda: None
+        self.pending = 0  # requests admitted and not yet answered, counted on the event loop
+        self.pool: Any = None  # the workers: a ThreadPoolExecutor, made at start
+        self.worked = False  # since memory was last handed back
+
+    @property
+    def ready(self) -> bool:
+        return self.error is None and all(model.ready for model in self.models)
+
+    @property
+    def first(self) -> Model:
+        """The model named first: its pair is the default of a request that names none."""
+        return self.models[0]
+
+    def start(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(self.settings.workers, thread_name_prefix="mt-work")
+        for model in self.models:
+            model.start()
+
+    def stop(self) -> None:
+        for model in self.models:
+            model.stop()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def busy(self) -> bool:
+        return any(model.busy for model in self.models)
+
+    def failed(self, model: Model, error: BaseException) -> None:
+        """A model could not be loaded: the server stops."""
+        self.error = self.error or error
+        log("a model could not be loaded; stopping")
+        self.on_failure()
+
+    def loaded(self) -> None:
+        """Once every model is loaded, each pair must be one model's."""
+        if not all(model.ready for model in self.models):
+            return
+        pairs = [model.pair for model in self.models]
+        twice = next((pair for pair in pairs if pairs.count(pair) > 1), None)
+        if twice is not None:
+            names = [m.info["model"] for m in self.models if m.pair == twice]
+            why = f"{' and '.join(names)} both translate {'→'.join(twice)}: serve one of them"
+            self.failed(self.first, ConfigError(why))
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        return [model.pair for model in self.models]
+
+    def model(self, source: str, target: str) -> Model | None:
+        """The model that translates `source` to `target`, if one does."""
+        return next((m for m in self.models if m.pair == (source, target)), None)
 
     @contextlib.asynccontextmanager
     async def admitted(self):

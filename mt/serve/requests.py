@@ -33,12 +33,13 @@ MAX_PART_HEADER = 2048  # bytes: a field's name, a file's name (255 characters) 
 HEADER_END = re.compile(rb"\A\r?\n|\r?\n\r?\n")  # a part's header ends: none, or a blank line
 
 
-def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, target: str):
-    """A /translate request's fields -> (texts, one text or a list, beam, alternatives, auto),
-    or BadRequest naming the culprit. `beam` is the model's default; a form's values are
+def parse_request(fields: dict[str, Any], form: bool, pairs: list[tuple[str, str]]):
+    """A /translate request's fields -> (texts, one text or a list, beam or None for each
+    model's own, alternatives, source or "auto", target or None), or BadRequest naming the
+    culprit. `pairs`: the languages the models translate from and to; a form's values are
     strings, JSON's are typed. Limits are checked by `check_limits`."""
     texts, single = parse_texts(fields, FIELDS)
-    check_languages(fields, source, target)
+    source, target = check_languages(fields, pairs)
     if fields.get("format", "text") not in TEXT_FORMATS:
         raise BadRequest(400, f"format: {fields['format']!r} is not served (text or html)")
     alternatives = _integer(fields, "alternatives", 0, 0, MAX_BEAM - 1, form)
@@ -47,10 +48,12 @@ def parse_request(fields: dict[str, Any], form: bool, beam: int, source: str, ta
     steered = sorted({"prefix", "glossary"} & set(fields))
     if steered and fields.get("format") == "html":
         raise BadRequest(400, f"{steered[0]}: not served with format 'html'")
-    beam = _integer(fields, "beam", max(beam, alternatives + 1), 1, MAX_BEAM, form)
-    if not beam_holds(alternatives + 1, beam):
-        raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
-    return texts, single, beam, alternatives, fields.get("source") == "auto"
+    beam = None
+    if "beam" in fields:
+        beam = _integer(fields, "beam", 0, 1, MAX_BEAM, form)
+        if not beam_holds(alternatives + 1, beam):
+            raise BadRequest(400, f"alternatives: {alternatives} needs a beam above it, got {beam}")
+    return texts, single, beam, alternatives, source, target
 
 
 def parse_texts(fields: dict[str, Any], known: tuple[str, ...]) -> tuple[list[str], bool]:
@@ -117,12 +120,23 @@ def parse_glossary(fields: dict[str, Any], texts: list[str]) -> list[list[str]] 
     return glossary_terms(folded, texts)
 
 
-def check_languages(fields: dict[str, Any], source: str, target: str) -> None:
-    """`source` (or auto) and `target`, where given, must be the model's."""
-    for key, want in (("source", source), ("target", target)):
-        value = fields.get(key, want)
-        if value != want and not (key == "source" and value == "auto"):
-            raise BadRequest(400, f"{key}: {value!r} is not served (this model: {source}→{target})")
+def check_languages(fields: dict[str, Any], pairs: list[tuple[str, str]]) -> tuple[str, str | None]:
+    """The request's `source` ("auto" or a language) and `target` (None: whichever a text's
+    language is translated to, with auto), by default the first pair's; a 400 naming the
+    pairs served when no model translates them."""
+    served = ", ".join("→".join(pair) for pair in pairs)
+    source = fields.get("source", pairs[0][0])
+    target = fields.get("target", None if source == "auto" else pairs[0][1])
+    if source not in {"auto", *(s for s, _ in pairs)}:
+        raise BadRequest(400, f"source: {source!r} is not served (pairs served: {served})")
+    if target is not None and target not in {t for _, t in pairs}:
+        raise BadRequest(400, f"target: {target!r} is not served (pairs served: {served})")
+    if source != "auto" and "target" not in fields:  # the source's own target
+        target = next(t for s, t in pairs if s == source)
+    if source != "auto" and (source, target) not in pairs:
+        pair = f"{source}→{target}"
+        raise BadRequest(400, f"source, target: {pair} is not served (pairs served: {served})")
+    return source, target
 
 
 def _integer(fields: dict[str, Any], key: str, default: int, low: int, high: int, form: bool):

@@ -87,7 +87,7 @@ def validation_loss(
 def shuffled_sources(split: Split, seed: int) -> Split:
     """`split` with each target given another sentence's source (a fixed derangement): a
     model that uses its source predicts the targets worse from them, one that ignores it as
-    well (mt/health.py's collapse check)."""
+    well (mt/training/health.py's collapse check)."""
     order = np.random.default_rng(seed).permutation(len(split))
     given = np.empty_like(order)
     given[order] = np.roll(order, 1)  # sentence order[i] gets the source of order[i - 1]
