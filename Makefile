@@ -6,9 +6,9 @@ DATA ?= ../shared/data
 # CPU wheel of torch: an unpinned torch would pull gigabytes of CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install browser test lint bench clean
+.PHONY: install browser pandoc test lint bench clean
 
-install: $(BIN)/mt browser
+install: $(BIN)/mt browser pandoc
 
 $(BIN)/mt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,16 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	  chromium chromium-driver >/dev/null; } || \
 	echo "make: no chromium and chromedriver: the browser test will skip"
+
+# pandoc, to make the document corpus's .docx, .odt and .html from markdown at test time
+# (tests/formats/test_document_corpus.py), as the browser is; else those tests skip. LibreOffice, too
+# large to install here, is used where it is installed.
+pandoc:
+	@command -v pandoc >/dev/null || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  pandoc >/dev/null; } || \
+	echo "make: no pandoc: the document corpus tests will skip"
 
 test: install
 	HF_DATASETS_OFFLINE=1 $(BIN)/pytest

@@ -207,6 +207,14 @@ class DecodeConfig:
     # source tokens per decoding batch, each counted once per beam hypothesis; 0: the
     # device's (4096 on a CPU, more on a GPU)
     batch_tokens: int = resumable(0)
+    # a source longer than this many tokens is cut at its clause breaks into pieces of at
+    # most it (mt.decoding.pieces), translated apart and joined; 0: the length the model
+    # carries, that 99% of its training sources are within (mt.decoding.trained)
+    piece_tokens: int = resumable(0)
+    # a translation shorter than this fraction of the length its source predicts (the
+    # training corpus's target/source ratio, mt.decoding.coverage) is translated again in
+    # smaller pieces, once, and flagged if still short; 0: no guard
+    coverage: float = resumable(0.5)
     # validation, translate and evaluate; auto: train.precision's rule on GPUs; on a CPU
     # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
     # translations (bf16's differ a little) depend on the machine's load (docs/train.md)

@@ -111,7 +111,9 @@ def _check_train(config: Config, fail: Fail) -> None:
 def _check_decode(d: DecodeConfig, fail: Fail) -> None:
     _positive(fail, "decode.", d, "beam", "nbest")
     _non_negative(fail, "decode.", d, "alpha", "max_len_a", "max_len_b", "no_repeat_ngram")
-    _non_negative(fail, "decode.", d, "batch_tokens")
+    _non_negative(fail, "decode.", d, "batch_tokens", "piece_tokens")
+    if not 0 <= d.coverage < 1:
+        fail("decode.coverage", f"must be in [0, 1), got {d.coverage}")
     if not d.sampling and not beam_holds(d.nbest, d.beam):
         fail("decode.nbest", f"{d.nbest} is larger than decode.beam ({d.beam})")
     if d.temperature <= 0:

@@ -146,7 +146,7 @@ def config_of(folder: Path, raw: dict[str, Any], vocab_size: int) -> Config:
     config.run.dir = str(folder)
     config.tokenizer.vocab_size, config.tokenizer.model = vocab_size, "unigram"
     config.tokenizer.joint = shares_embeddings(raw)
-    config.data.max_length = min(config.data.max_length, model.max_positions - 1)
+    config.data.max_length = model.max_positions - 1  # its own: HF's model_max_length
     languages = _languages(folder)
     if languages:
         config.data.src_lang, config.data.tgt_lang = languages

@@ -24,6 +24,8 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
            time (scripts/bench_text.py), and the sentence splitters (scripts/bench_splitter.py)
   langid   language identifiers on Tatoeba and FLORES (those installed), and
            data.filter_language on a corrupted Tatoeba train file (scripts/bench_langid.py)
+  long     long sentences: pieces the model carries and the coverage guard, against today
+           (scripts/bench_long.py)
   markup   inline tags carried into translations: per text node, placeholders, alignment,
            anchors (scripts/bench_markup.py)
   score    `mt score` of each test pair's reference against another pair's: how often the
@@ -302,6 +304,11 @@ def step_text(data: Path, results: dict) -> None:
     results["splitter"] = last_json(out)
 
 
+def step_long(data: Path, results: dict) -> None:
+    out, _ = run([PY, "scripts/bench_long.py", str(RUN), "--data", str(data)])
+    results["long"] = last_json(out)
+
+
 def step_markup(data: Path, results: dict) -> None:
     out, _ = run([PY, "scripts/bench_markup.py", "--checkpoint", str(RUN), "--data", str(data)])
     results["markup"] = last_json(out)
@@ -328,7 +335,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument(
         "--only",
-        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid,markup,hf",
+        default="prepare,scale,speed,recipe,fitted,quality,decode,budget,export,serve,langid,markup,hf,long",
     )
     parser.add_argument("--minutes", type=float, default=20.0)
     args = parser.parse_args()
@@ -351,6 +358,7 @@ def main() -> None:
         "text": lambda: step_text(data, results),
         "langid": lambda: step_langid(data, results),
         "markup": lambda: step_markup(data, results),
+        "long": lambda: step_long(data, results),
         "score": lambda: step_score(data, results),
         "abuse": lambda: step_abuse(data, results),
         "ensemble": lambda: step_script(data, results, "ensemble", args.minutes),

@@ -15,6 +15,7 @@ from bench_abuse import render as render_abuse
 from bench_backtranslation import render as render_backtranslation
 from bench_ensemble import render as render_ensemble
 from bench_langid import render as render_langid
+from bench_long import render as render_long
 from bench_markup import render as render_markup
 from bench_prepare import render as render_scale
 from bench_serve import render as render_serve
@@ -370,6 +371,7 @@ SECTIONS: dict[str, Callable[[dict], list[str]]] = {
     "text": render_text,
     "splitter": lambda s: ["## Sentence splitters", "", render_splitter(s["rows"]), ""],
     "langid": render_langid,
+    "long": render_long,
     "markup": render_markup,
     "score": render_score,
     "abuse": render_abuse,

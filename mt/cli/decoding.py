@@ -220,7 +220,13 @@ def _print_translations(
     prefixes = None if prefix is None else [prefix] * len(batch)
     terms = terms_of(batch, constraints, glossary)
     found = translate_texts_nbest(translator, batch, None, split, len(batch) > 100, prefixes, terms)
-    for i, hyps in enumerate(found):
+    for i, short in enumerate(found.short, start=1):
+        if short:
+            say(
+                f"warning: line {i}: its translation is much shorter than the source predicts "
+                "(text may be lost), even translated in smaller pieces"
+            )
+    for i, hyps in enumerate(found.nbest):
         if translator.config.decode.nbest == 1:
             typer.echo(hyps[0][0])
         else:

@@ -150,12 +150,11 @@ def translate_nbest(
     Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
     limit per call, so each output is cut to its own limit afterwards (exact for greedy).
     """
-    from ..model import max_sentence_tokens
-    from .pieces import source_pieces
+    from .pieces import piece_limit, source_pieces
     from .translate import output_limits, piece_prefixes, translation_batch_tokens
 
-    limit, lead = max_sentence_tokens(exported.config.model), cfg.target_language
-    pieces = source_pieces(exported.src_tokenizer, texts, limit, lead)
+    limit = piece_limit(exported.config.model, cfg)
+    pieces = source_pieces(exported.src_tokenizer, texts, limit, cfg.target_language)
     ids = pieces.ids
     limits = output_limits(exported.config.model, ids, cfg)
     forced = piece_prefixes(exported.tgt_tokenizer, pieces, prefixes, limits)

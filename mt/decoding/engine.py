@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,12 @@ from .. import checkpoint as ckpt
 from ..config import Config, DecodeConfig
 from ..config_file import decoding_config
 from ..errors import ConfigError
+from ..messages import say
 from . import ct2
+from .coverage import Coverage
 from .ensemble import load_ensemble
 from .pieces import lead_ids
+from .trained import Trained, carried_pieces
 
 ENGINES = ("auto", "torch", "ctranslate2")
 
@@ -36,7 +40,6 @@ class Translator(ABC):
         self.config, self.device, self.path = config, device, path
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
 
-    @abstractmethod
     def translate_nbest(
         self,
         texts: Sequence[str],
@@ -49,7 +52,60 @@ class Translator(ABC):
         score is the length-normalised log-probability (NaN for greedy search). `decode`:
         this translator's own decode section unless given; `prefixes`: the target text each
         translation must start with ("": none), one per text; `constraints`: the target terms
-        each must contain, a list per text."""
+        each must contain, a list per text. A translation the coverage guard finds short is
+        translated again in smaller pieces (mt.decoding.coverage), which is said."""
+        decode = self.decoding(decode)
+        found = self._translate_nbest(texts, decode, progress, prefixes, constraints)
+        best = [hyps[0][0] for hyps in found]
+        retry = [i for i, short in enumerate(self.short(texts, best, decode)) if short]
+        if not retry:
+            return found
+        lengths = self.coverage.lengths([texts[i] for i in retry], [best[i] for i in retry])
+        by_piece: dict[int, list[int]] = {}  # half a first piece: every retried text is cut
+        for i, (n, _) in zip(retry, lengths):
+            by_piece.setdefault(max(1, min(n, decode.piece_tokens) // 2), []).append(i)
+        for piece, group in by_piece.items():
+            smaller = dataclasses.replace(decode, piece_tokens=piece)
+            steer = [None if x is None else [x[i] for i in group] for x in (prefixes, constraints)]
+            again = self._translate_nbest([texts[i] for i in group], smaller, False, *steer)
+            for i, hyps in zip(group, again):
+                if len(hyps[0][0]) > len(best[i]):
+                    found[i] = hyps
+        still = sum(self.short([texts[i] for i in retry], [found[i][0][0] for i in retry], decode))
+        say(
+            f"warning: {len(retry)} translation(s) much shorter than their source predicts: "
+            f"translated again in smaller pieces; {still} still short"
+        )
+        return found
+
+    @abstractmethod
+    def _translate_nbest(
+        self,
+        texts: Sequence[str],
+        decode: DecodeConfig,
+        progress: bool,
+        prefixes: Sequence[str] | None,
+        constraints: Sequence[Sequence[str]] | None,
+    ) -> list[list[tuple[str, float]]]:
+        """translate_nbest without the guard, `decode` complete (`decoding`)."""
+
+    @cached_property
+    def trained(self) -> Trained:
+        """The length the model carries and its length ratio (mt.decoding.trained)."""
+        return Trained.of(self.run_dir, self.config)
+
+    @cached_property
+    def coverage(self) -> Coverage:
+        """The coverage guard's measure of a translation's length."""
+        return Coverage(self.trained.ratio, self.src_tokenizer, self.tgt_tokenizer)
+
+    def short(
+        self, sources: Sequence[str], translations: Sequence[str], decode: DecodeConfig | None
+    ) -> list[bool]:
+        """Whether each translation is much shorter than its source predicts: under
+        decode.coverage (this translator's own unless given) of it."""
+        fraction = (decode or self.config.decode).coverage
+        return self.coverage.short(sources, translations, fraction)
 
     def translate(self, texts: Sequence[str], *args: Any, **options: Any) -> list[str]:
         """The best translation of each text, in input order; an empty text gives "". The
@@ -57,8 +113,9 @@ class Translator(ABC):
         return [hyps[0][0] for hyps in self.translate_nbest(texts, *args, **options)]
 
     def decoding(self, decode: DecodeConfig | None) -> DecodeConfig:
-        """`decode` (None: the translator's own), its sampling seed run.seed unless set."""
-        decode = decode or self.config.decode
+        """`decode` (None: the translator's own), its sampling seed run.seed and its pieces
+        the length the model carries (mt.decoding.trained) unless set."""
+        decode = carried_pieces(decode or self.config.decode, self.trained.carried)
         if decode.seed is None:
             decode = dataclasses.replace(decode, seed=self.config.run.seed)
         return decode
@@ -106,11 +163,10 @@ class TorchTranslator(Translator):
         super().__init__(config, device, loaded.path, (loaded.src_tokenizer, loaded.tgt_tokenizer))
         self.model, self.metadata = loaded.model, loaded.metadata
 
-    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
+    def _translate_nbest(self, texts, decode, progress, prefixes, constraints):
         from .translate import translate_nbest
 
         tokenizers = (self.src_tokenizer, self.tgt_tokenizer)
-        decode = self.decoding(decode)
         return translate_nbest(
             self.model, *tokenizers, texts, decode, self.device, progress, prefixes, constraints
         )
@@ -140,13 +196,13 @@ class CT2Translator(Translator):
         super().__init__(config, device, exported.path, tokenizers)
         self.exported, self.manifest = exported, exported.manifest
 
-    def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
+    def _translate_nbest(self, texts, decode, progress, prefixes, constraints):
         if any(constraints or ()):
             raise ConfigError(
                 f"{self.path}: CTranslate2 has no terminology constraints; decode the "
                 "checkpoint it was exported from with the torch engine"
             )
-        return ct2.translate_nbest(self.exported, texts, self.decoding(decode), prefixes)
+        return ct2.translate_nbest(self.exported, texts, decode, prefixes)
 
     @property
     def run_dir(self) -> Path:  # the run the export was made from

@@ -1,8 +1,9 @@
-"""Inputs longer than the model's positions, one policy for every caller (mt translate, mt
-serve, validation, mt score, both engines): a source that does not fit is cut at its best
-break points into pieces that fit, each translated, and their translations joined with a
-space, so that the sentence comes back whole; a pair to score (or to take the loss of) cannot
-be cut so, and is scored on what fits of it, which is said.
+"""Inputs longer than the model can carry, one policy for every caller (mt translate, mt
+serve, validation, mt score, both engines): a source longer than decode.piece_tokens (0: the
+length the model carries, mt.decoding.trained; within the model's positions) is cut at its
+best break points into pieces that fit, each translated, and their translations joined with
+a space, so that the sentence comes back whole; a pair to score (or to take the loss of)
+cannot be cut so, and is scored on what fits of it, which is said.
 
 The best break point: after a sentence's end (. ! ?), then after ; or :, then after a comma,
 and only then a window between two words; among the equal, the one nearest an even cut.
@@ -17,15 +18,17 @@ from typing import TypeVar
 
 from tokenizers import Tokenizer
 
+from ..config import DecodeConfig, ModelConfig
 from ..data import tokenizer as tok
 from ..errors import ConfigError
+from ..model import max_sentence_tokens
 
 T = TypeVar("T")
 
 # the last character of a token that ends a clause, by strength: a break after it
 BREAK_STRENGTH = {".": 4, "!": 4, "?": 4, ";": 3, ":": 3, ",": 2}
 WORD_START = 1  # a token that starts a word (byte-level "Ġ", a space): a break before it
-SHORTEST_PIECE = 1 / 3  # of the model's positions: no piece but the last is shorter
+SHORTEST_PIECE = 1 / 3  # of a piece's limit: no piece but the last is shorter
 
 
 def join_nbest(
@@ -75,9 +78,15 @@ class Pieces:
         return out
 
 
+def piece_limit(model: ModelConfig, decode: DecodeConfig) -> int:
+    """The most tokens a piece of a source may have: decode.piece_tokens (0: no limit of its
+    own) within the model's positions."""
+    return min(decode.piece_tokens or math.inf, max_sentence_tokens(model))
+
+
 def source_pieces(tokenizer: Tokenizer, texts: Sequence[str], limit: int, lead: str = "") -> Pieces:
-    """The token ids of each text, cut where one is longer than `limit` (the model's
-    positions, less EOS) into pieces that fit; the token of language `lead`
+    """The token ids of each text, cut where one is longer than `limit` (`piece_limit`)
+    into pieces that fit; the token of language `lead`
     (decode.target_language), when given, first in every piece."""
     leading = lead_ids(tokenizer, lead)
     ids, counts = [], []

@@ -1,4 +1,4 @@
-"""Translate text: sources encoded (one longer than the model's positions cut into pieces that
+"""Translate text: sources encoded (one longer than decode.piece_tokens cut into pieces that
 fit, mt.decoding.pieces), sorted by length, packed into batches of about `decode.batch_tokens`
 source tokens (0: as many as suit the device), decoded greedily, with beam search or by
 sampling (mt.decoding.sampling), each optionally from a forced target prefix, a batch with
@@ -21,11 +21,11 @@ from ..data.batches import pad_batch
 from ..device import autocast, precision_for
 from ..errors import ConfigError, MachineError
 from ..messages import say
-from ..model import Transformer, max_sentence_tokens
+from ..model import Transformer
 from .beam import beam_search
 from .constraints import Constraints, constrained_beam_search, encode_constraints
 from .ensemble import Ensemble
-from .pieces import Pieces, source_pieces
+from .pieces import Pieces, piece_limit, source_pieces
 from .sampling import sample
 from .search import (
     FREE,
@@ -55,9 +55,7 @@ def translate_nbest(
     `prefixes`: the target text each translation starts with ("": none), one per text;
     `constraints`: the target terms each translation must contain, a list per text (a text
     cut into pieces has both on its first piece)."""
-    pieces = source_pieces(
-        src_tokenizer, texts, max_sentence_tokens(model.cfg), cfg.target_language
-    )
+    pieces = source_pieces(src_tokenizer, texts, piece_limit(model.cfg, cfg), cfg.target_language)
     ids = pieces.ids
     limits = output_limits(model.cfg, ids, cfg)
     forced = piece_prefixes(tgt_tokenizer, pieces, prefixes, limits)

@@ -1,5 +1,7 @@
 """HTML: the text of a page or a fragment translated, its tags, attributes, comments and the
-content of `<script>`, `<style>`, `<pre>` (and the like) left as they are.
+content of `<script>`, `<style>`, `<pre>` (and the like) left as they are; the attributes a
+reader sees as text (`title`, `alt`, `placeholder`, `aria-label`, a button's `value`) are
+translated, each a block of its own.
 
 Parsed by selectolax's Lexbor engine, which follows the HTML standard's parsing algorithm as
 browsers do (malformed markup is repaired the way a browser shows it, never refused). A run of
@@ -30,6 +32,10 @@ UNTOUCHED = {  # their content is code, or not text a reader sees
     *("script", "style", "pre", "textarea", "template", "svg", "math", "noscript", "iframe"),
     *("object", "canvas"),
 }
+# attributes a reader sees as text (a tooltip, a picture's description, a field's hint, what
+# a screen reader says), and the value of an <input> drawn as a button
+TEXT_ATTRIBUTES = ("title", "alt", "placeholder", "aria-label")
+BUTTONS = {"button", "submit", "reset"}
 SPACES = re.compile(r"\s*")
 DOCUMENT_TAG = re.compile(r"<(?:!doctype|html|head|body)[\s>/]", re.I)
 
@@ -42,16 +48,20 @@ def read_html(text: str, limit: TextLimit) -> Document:
     whole = _whole(text)
     tree = LexborHTMLParser(text, is_fragment=not whole)
     top = [tree.root] if whole else _siblings(tree.root)
-    runs = [run for run in _runs(top) if run]
+    runs, attributes = _runs(top)
+    runs = [run for run in runs if run]
     blocks = [limit.count(Block([_text(n, kept) for n, kept in run]), "block") for run in runs]
     for block, run in zip(blocks, runs):
         block.kept |= {i for i, (_, kept) in enumerate(run) if kept}
+    blocks += [limit.count(Block([node.attrs[name]]), "block") for node, name in attributes]
 
     def write(pieces: list[list[str]]) -> bytes:
         for run, texts in zip(runs, pieces):
             for (node, kept), text in zip(run, texts):
                 if not kept and text != node.text_content:
                     node.replace_with(text)
+        for (node, name), (text,) in zip(attributes, pieces[len(runs) :]):
+            node.attrs[name] = text
         return (tree.html or "").encode("utf-8")
 
     return Document(blocks, write)
@@ -79,10 +89,20 @@ def _siblings(node: Any) -> list[Any]:
     return found
 
 
-def _runs(top: list[Any]) -> list[list[tuple[Any, bool]]]:
+def _attributes(node: Any, tag: str) -> list[tuple[Any, str]]:
+    """The (node, name) of each attribute of an element that a reader sees as text."""
+    names = list(TEXT_ATTRIBUTES)
+    if tag == "input" and (node.attributes.get("type") or "").lower() in BUTTONS:
+        names.append("value")
+    return [(node, name) for name in names if (node.attributes.get(name) or "").strip()]
+
+
+def _runs(top: list[Any]) -> tuple[list[list[tuple[Any, bool]]], list[tuple[Any, str]]]:
     """The runs of text nodes (and kept inline elements) between block boundaries, in
-    document order: (node, kept) each. A loop, not recursion: a page may nest deeply."""
+    document order: (node, kept) each; and the attributes a reader sees (`_attributes`). A
+    loop, not recursion: a page may nest deeply."""
     runs: list[list[tuple[Any, bool]]] = [[]]
+    attributes: list[tuple[Any, str]] = []
     todo = [(node, False) for node in reversed(top)]
     while todo:
         node, closing = todo.pop()
@@ -95,6 +115,8 @@ def _runs(top: list[Any]) -> list[list[tuple[Any, bool]]]:
         if not node.is_element_node and not node.is_document_node:
             continue  # a comment or a doctype: it neither holds text nor breaks a sentence
         tag = (node.tag or "").lower()
+        if node.is_element_node:
+            attributes += _attributes(node, tag)
         if tag in KEPT_INLINE:
             runs[-1].append((node, True))
             continue
@@ -103,7 +125,7 @@ def _runs(top: list[Any]) -> list[list[tuple[Any, bool]]]:
             todo.append((node, True))
         if tag not in UNTOUCHED:  # (iter() of a fragment's node would yield its siblings)
             todo += [(child, False) for child in reversed(_siblings(node.child))]
-    return runs
+    return runs, attributes
 
 
 def _text(node: Any, kept: bool) -> str:

@@ -6,45 +6,67 @@ either library opens it, and the paragraphs are counted as they are walked (limi
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from lxml import etree
 
 from .limits import TextLimit, unzipped
 from .pieces import Block, Document
 
 Piece = tuple[str, Callable[[str], None] | None]  # its text, how to replace it (None: kept)
 ODF_TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"  # the text: prefix, as lxml writes it
+ODF_STYLE = "{urn:oasis:names:tc:opendocument:xmlns:style:1.0}"
+
+
+# the parts of a .docx that hold text a reader sees: the body (its tables, content controls
+# and text boxes), every header and footer (first-page and even-page ones too), the notes
+DOCX_TEXT = re.compile(r"/word/(document|header\d*|footer\d*|footnotes|endnotes)\.xml")
 
 
 def read_docx(data: bytes, limit: TextLimit) -> Document:
-    """A .docx file's paragraphs as blocks of runs: the body's (tables, content controls and
-    text boxes included), the headers' and the footers'."""
+    """A .docx file's paragraphs as blocks of runs, those of every part that holds text (a
+    part python-docx does not model, the notes, parsed and written back here). An entity
+    (`&x;`, declared in the part's DTD: one that is not is an XML error) is refused: the
+    part is written without its DTD, and Word would not open the file."""
     import docx
 
     document = docx.Document(unzipped(data, limit.where))
-    paragraphs = (
-        p for part in (document, *_headers_and_footers(document)) for p in _docx_paragraphs(part)
-    )
+    parts = [p for p in document.part.package.iter_parts() if DOCX_TEXT.fullmatch(p.partname)]
+    roots = [_docx_root(part) for part in parts]
+    for part, root in zip(parts, roots):
+        for entity in root.iter(etree.Entity):
+            raise ValueError(f"{part.partname[1:]}: an entity, {entity}, which Word cannot read")
+    paragraphs = (p for root in roots for p in _docx_paragraphs(root))
     pieces = ([_docx_run(r) for r in _docx_runs(*p)] for p in paragraphs)
-    return _document(pieces, document.save, limit)
+
+    def save(out: io.BytesIO) -> None:
+        for part, root in zip(parts, roots):
+            if not hasattr(part, "element"):  # a part of bytes: its XML written back
+                part._blob = etree.tostring(root, encoding="UTF-8", standalone=True)
+        document.save(out)
+
+    return _document(pieces, save, limit)
 
 
-def _headers_and_footers(document: Any) -> Iterator[Any]:
-    for section in document.sections:
-        for part in (section.header, section.footer):
-            if not part.is_linked_to_previous:
-                yield part
+def _docx_root(part: Any) -> Any:
+    """The XML of a part: python-docx's own, or parsed from the bytes of one it keeps as
+    bytes (the notes)."""
+    from docx.oxml.parser import parse_xml
+
+    return part.element if hasattr(part, "element") else parse_xml(part.blob)
 
 
-def _docx_paragraphs(container: Any) -> Iterator[tuple[Any, Any]]:
-    """Every paragraph of a document, header or footer, in order, however deep: in table
-    cells (a merged cell once), content controls and text boxes, which python-docx's
-    iter_inner_content does not reach; its element and its Paragraph each."""
+def _docx_paragraphs(root: Any) -> Iterator[tuple[Any, Any]]:
+    """Every paragraph of a part, in order, however deep: in table cells (a merged cell
+    once), content controls and text boxes, which python-docx's iter_inner_content does not
+    reach; its element and its Paragraph each."""
     from docx.oxml.ns import qn
     from docx.text.paragraph import Paragraph
 
-    for p in container.part.element.iter(qn("w:p")):
-        yield p, Paragraph(p, container)
+    for p in root.iter(qn("w:p")):
+        yield p, Paragraph(p, None)
 
 
 def _docx_runs(p: Any, paragraph: Any) -> Iterator[Any]:
@@ -69,15 +91,22 @@ def _docx_run(run: Any) -> Piece:
 
 
 def read_odt(data: bytes, limit: TextLimit) -> Document:
-    """An .odt file's paragraphs and headings (body, tables, frames) as blocks of spans."""
+    """An .odt file's paragraphs and headings (body, tables, frames, notes, and the pages'
+    headers and footers) as blocks of spans."""
     import odfdo
 
     document = odfdo.Document(unzipped(data, limit.where))
     if document.get_type() != "text":
         raise ValueError(f"an OpenDocument {document.get_type()}, not a text document")
     # lxml's iter, in document order as the XPath "descendant::text:p | descendant::text:h"
-    # but one at a time: get_elements would wrap every paragraph before the first is counted
-    paragraphs = document.body._xml_element.iter(f"{ODF_TEXT}p", f"{ODF_TEXT}h")
+    # but one at a time: get_elements would wrap every paragraph before the first is counted;
+    # the body's, then the page styles' (headers and footers, in styles.xml)
+    pages = document.styles.root._xml_element.iter(f"{ODF_STYLE}master-page")
+    paragraphs = (
+        p
+        for root in (document.body._xml_element, *pages)
+        for p in root.iter(f"{ODF_TEXT}p", f"{ODF_TEXT}h")
+    )
     # a note's or a frame's paragraphs are blocks of their own, kept whole in the outer one
     pieces = (list(_odt_pieces(odfdo.Element.from_tag(p))) for p in paragraphs)
     return _document(pieces, lambda out: _save_odt(document, out), limit)

@@ -180,10 +180,8 @@ def _word_start(
         return min(found, key=lambda p: (abs(p - at), p))
 
     start = bisect.bisect_left(solid, low)  # the range's first non-space character
-    if word and start < len(solid) and solid[start] < high:
-        some = near(solid[start] + 1, high - 1)
-        if some:
-            return nearest(some)
+    if word and start < len(solid) and solid[start] < high:  # high too: the rest to it
+        return nearest([high, *near(solid[start] + 1, high - 1)])
     return nearest([low, high, *near(low, high)])
 
 

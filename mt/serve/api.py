@@ -6,27 +6,29 @@ pair of languages each: en→es and es→en), a request routed by its `source` a
 its spacing and line breaks, mt.text), `source` and `target` (by default the first model's
 pair; a source alone, its own target), `alternatives`, `format` ("text", or "html": the text
 translated, the markup kept, mt.formats) and `api_key` (mt.serve.access), as JSON or a form,
-answers `translatedText` and `alternatives`; ours add `scores` (best first, the
-length-normalised log-probability; null for greedy search and html), `beam`, `model`, `step`
-and `seconds` (of the model that translated the first text). With `source: auto` each text's
-language is identified among the models' (mt.data.language) and it goes to the model from
-that language (to `target`, if given); `detectedLanguage` says what the text was taken to be.
-A text no model takes, identified with 80% confidence or more (one already in the target
+answers `translatedText` and `alternatives`; ours add `scores` (best first, the length-
+normalised log-probability; null for greedy search and html), `short` (whether a text came out
+much shorter than its source predicts even after the coverage guard translated it again in
+smaller pieces, mt.decoding.coverage: text may be lost; false for html), `beam`, `model`,
+`step` and `seconds` (of the model that translated the first text). With `source: auto` each
+text's language is identified among the models' (mt.data.language) and it goes to the model
+from that language (to `target`, if given); `detectedLanguage` says what the text was taken to
+be. A text no model takes, identified with 80% confidence or more (one already in the target
 language), is returned as it is (its score null, no alternatives); any other goes to the
 likeliest language a model translates. A pair no model serves is a 400 naming those served.
-LibreTranslate's too: `GET /languages` (each language with its targets), `POST /detect`
-(each text's language among the models', with a confidence of 0 to 100), `GET
-/frontend/settings`, `POST /translate_file` (.txt, .html, .docx, .odt or .srt, the layout
-kept; its translation downloaded from `/download_file/...`) and `POST /suggest` (off: 403).
-Ours: `GET /` the web page, `GET /health` says whether the models are ready, `GET /info`
-what they are. Errors are `{"error": "..."}` with their status: 400 bad input, 403 no valid
-API key, 408 a body too slow to arrive, 413 too long, 415 wrong content type, 429 past a
-client's limit and 503 loading or busy (both with Retry-After); never a traceback.
+LibreTranslate's too: `GET /languages` (each language with its targets), `POST /detect` (each
+text's language among the models', with a confidence of 0 to 100), `GET /frontend/settings`,
+`POST /translate_file` (.txt, .html, .docx, .odt or .srt, the layout kept; its translation
+downloaded from `/download_file/...`) and `POST /suggest` (off: 403). Ours: `GET /` the web
+page, `GET /health` says whether the models are ready, `GET /info` what they are. Errors are
+`{"error": "..."}` with their status: 400 bad input, 403 no valid API key, 408 a body too slow
+to arrive, 413 too long, 415 wrong content type, 429 past a client's limit and 503 loading or
+busy (both with Retry-After); never a traceback.
 
 Every request's work runs off the event loop: the body is read there, everything else that
 takes CPU (parsing, sentence splitting, documents) in the workers (Service.work), decoding in
-each model's decoder thread; /health answers meanwhile. A request whose client disconnects
-is cancelled where it is, its texts dropped from the decoder's queue.
+each model's decoder thread; /health answers meanwhile. A request whose client disconnects is
+cancelled where it is, its texts dropped from the decoder's queue.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from urllib.parse import quote
 from ..data.language import CONFIDENT, identifier
 from ..errors import MtError
 from ..formats import FILE_FORMATS, Document, translate_documents
-from ..text import Layouts
+from ..text import Layouts, Translations
 from .access import Access
 from .batcher import BadRequest, Model, Service
 from .downloads import Downloads
@@ -173,11 +175,12 @@ class Api:
         model: Model,
         prefixes: list[str] | None = None,
         terms: list[list[str]] | None = None,
-    ) -> list:
+    ) -> Translations:
         """Each text's n-best, its sentences decoded in the batcher and put back in its layout
         (mt.text), a request's worth of sentences at a time: the /translate requests that
-        come meanwhile are decoded between them. Texts given `prefixes` or `terms` (which are
-        a whole text's) are translated whole."""
+        come meanwhile are decoded between them, and whether it is short (the coverage
+        guard). Texts given `prefixes` or `terms` (which are a whole text's) are translated
+        whole."""
         steered = prefixes is not None or terms is not None
         layouts = await work(Layouts, texts, not steered)
         most, found = self.settings.max_texts, []
@@ -187,7 +190,7 @@ class Api:
             for start in range(0, len(layouts.sentences), most):
                 sentences = layouts.sentences[start : start + most]
                 found += await model.submit(sentences, beam, nbest)
-        return await work(layouts.joined, found)
+        return await work(layouts.translations, model.translator, found)
 
     @endpoint
     async def translate(self, request: Any) -> Any:
@@ -219,7 +222,7 @@ class Api:
             self._charge(client, sum(len(" ".join(d.units)) for d in documents))
             written = await self._translate_documents(documents, beam, model)
             found = [[(data.decode("utf-8"), math.nan)] for data in written]  # no score
-            return found, single, None, model, beam
+            return Translations(found, [False] * len(found)), single, None, model, beam
         check_limits(texts, self.settings)
         self._charge(client, sum(map(len, texts)))
         prefixes = parse_prefixes(fields, len(texts))
@@ -229,7 +232,7 @@ class Api:
         else:
             routes = [(None, self._model(source, target))] * len(texts)
         # a text no model takes (already in the target language) is returned as it is
-        found = [[(text, math.nan)] for text in texts]
+        found = Translations([[(text, math.nan)] for text in texts], [False] * len(texts))
         beams = {}
         for model in dict.fromkeys(model for _, model in routes if model is not None):
             todo = [i for i, (_, routed) in enumerate(routes) if routed is model]
@@ -239,8 +242,8 @@ class Api:
             decoded = await self._translate_texts(
                 wanted, beam, alternatives + 1, work, model, *steer
             )
-            for i, hyps in zip(todo, decoded):
-                found[i] = hyps
+            for i, hyps, short in zip(todo, decoded.nbest, decoded.short):
+                found.nbest[i], found.short[i] = hyps, short
         first = next((model for _, model in routes if model is not None), None)
         taken = [c for c, _ in routes] if source == "auto" else None
         return found, single, taken, first, beams.get(first, asked or self.service.first.beam)
@@ -345,7 +348,7 @@ class Api:
         work = self.service.work
         requests = await work(lambda: [t for d in documents for t in d.requests()])
         decoded = await self._translate_texts(requests, beam, 1, work, model)
-        found = [hyps[0][0] for hyps in decoded]
+        found = [hyps[0][0] for hyps in decoded.nbest]
         return await self.service.work(translate_documents, documents, lambda texts: found)
 
     @endpoint

@@ -9,9 +9,12 @@ import math
 import re
 from base64 import b64encode
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .batcher import BadRequest
+
+if TYPE_CHECKING:
+    from ..text import Translations
 
 LANGUAGE_NAMES = {"en": "English", "es": "Spanish"}
 
@@ -21,10 +24,11 @@ def _score(value: float) -> float | None:
 
 
 def answer(
-    found: list, single: bool, taken: list | None, info: dict, beam: int, seconds: float
+    found: Translations, single: bool, taken: list | None, info: dict, beam: int, seconds: float
 ) -> dict:
     """LibreTranslate's answer (translatedText, alternatives, and detectedLanguage: the
-    language each text was `taken_as`, given source auto) and ours."""
+    language each text was taken to be in, given source auto) and ours."""
+    short, found = found.short, found.nbest
     best = [hyps[0][0] for hyps in found]
     alternatives = [[text for text, _ in hyps[1:]] for hyps in found]
     scores = [[_score(s) for _, s in hyps] for hyps in found]
@@ -36,6 +40,7 @@ def answer(
         out["detectedLanguage"] = taken[0] if single else taken
     out.update(
         scores=scores[0] if single else scores,
+        short=short[0] if single else short,
         beam=beam,
         model=info["model"],
         step=info["step"],

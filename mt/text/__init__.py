@@ -8,12 +8,17 @@ between sentences.
 n-best of a text of several sentences: the k-th translation joins each sentence's k-th
 (its last where it has fewer), its score the mean of theirs; the best is the sentences'
 best. `alternatives` on the server are these, after the best.
+
+A text is `short` where a sentence of it came out much shorter than its source predicts even
+after the coverage guard translated it again in smaller pieces (mt.decoding.coverage): `mt
+translate` says so on stderr, /translate in its answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .sentences import Layout, split_sentences
 
@@ -21,7 +26,16 @@ if TYPE_CHECKING:
     from ..config import DecodeConfig
     from ..decoding.engine import Translator
 
-__all__ = ["Layout", "Layouts", "split_sentences", "translate_texts", "translate_texts_nbest"]
+__all__ = [
+    "Layout",
+    "Layouts",
+    "Translations",
+    "split_sentences",
+    "translate_texts",
+    "translate_texts_nbest",
+]
+
+T = TypeVar("T")
 
 
 class Layouts:
@@ -32,14 +46,41 @@ class Layouts:
         self.layouts = [Layout.of(text, split) for text in texts]
         self.sentences = [s for layout in self.layouts for s in layout.sentences]
 
+    def _per_text(self, values: Sequence[T]) -> Iterator[tuple[Layout, Sequence[T]]]:
+        """Each text's layout and its sentences' share of `values` (one per sentence)."""
+        start = 0
+        for layout in self.layouts:
+            yield layout, values[start : start + len(layout.sentences)]
+            start += len(layout.sentences)
+
     def joined(self, found: Sequence[list[tuple[str, float]]]) -> list[list[tuple[str, float]]]:
         """Each text's n-best from the n-best of every sentence (`found`, as `sentences`)."""
-        out, start = [], 0
-        for layout in self.layouts:
-            count = len(layout.sentences)
-            out.append(layout.joined(found[start : start + count]))
-            start += count
-        return out
+        return [layout.joined(hyps) for layout, hyps in self._per_text(found)]
+
+    def short(
+        self, translator: Translator, found: Sequence[list[tuple[str, float]]], decode=None
+    ) -> list[bool]:
+        """Whether each text has a sentence whose translation (the best of `found`, as
+        `sentences`) is much shorter than it predicts, after the guard's second try
+        (mt.decoding.coverage)."""
+        best = [hyps[0][0] for hyps in found]
+        flags = translator.short(self.sentences, best, decode)
+        return [any(text_flags) for _, text_flags in self._per_text(flags)]
+
+    def translations(
+        self, translator: Translator, found: Sequence[list[tuple[str, float]]], decode=None
+    ) -> Translations:
+        """Each text's n-best (`joined`) and whether it is `short`."""
+        return Translations(self.joined(found), self.short(translator, found, decode))
+
+
+@dataclass
+class Translations:
+    """Each text's n-best, best first, and whether it is `short`: a sentence of it came out
+    much shorter than its source predicts, even translated again in smaller pieces."""
+
+    nbest: list[list[tuple[str, float]]]
+    short: list[bool]
 
 
 def translate_texts_nbest(
@@ -50,15 +91,16 @@ def translate_texts_nbest(
     progress: bool = False,
     prefixes: Sequence[str] | None = None,
     terms: Sequence[Sequence[str]] | None = None,
-) -> list[list[tuple[str, float]]]:
+) -> Translations:
     """Up to `decode.nbest` (translation, score) pairs of each text, best first, its layout
-    kept; `split` False: each text is one sentence (text already one sentence a line).
-    `prefixes` (a target text each translation starts with) and `terms` (target terms each
-    contains) are a whole text's: given either, every text is translated whole."""
+    kept, and which are short; `split` False: each text is one sentence (text already one
+    sentence a line). `prefixes` (a target text each translation starts with) and `terms`
+    (target terms each contains) are a whole text's: given either, every text is translated
+    whole."""
     steered = prefixes is not None or terms is not None
     layouts = Layouts(texts, split and not steered)
     found = translator.translate_nbest(layouts.sentences, decode, progress, prefixes, terms)
-    return layouts.joined(found)
+    return layouts.translations(translator, found, decode)
 
 
 def translate_texts(
@@ -66,4 +108,5 @@ def translate_texts(
 ) -> list[str]:
     """The best translation of each text, its layout kept; the other arguments are
     translate_texts_nbest's."""
-    return [hyps[0][0] for hyps in translate_texts_nbest(translator, texts, *args, **options)]
+    found = translate_texts_nbest(translator, texts, *args, **options).nbest
+    return [hyps[0][0] for hyps in found]

@@ -16,6 +16,7 @@ from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
 from ..decoding.pieces import fitted_pairs
 from ..decoding.scoring import teacher_forced
+from ..decoding.trained import carried_length, carried_pieces
 from ..model import Transformer, max_sentence_tokens
 from .loss import smoothed_loss
 
@@ -37,6 +38,9 @@ def validation_record(
     sources = [valid.src_text[i] for i in subset]
     references = [valid.tgt_text[i] for i in subset]
     greedy = dataclasses.replace(config.decode, beam=1, nbest=1, sampling=False)  # quick
+    train = data.splits.get("train")  # cut in the pieces mt translate cuts
+    carried = carried_length(train and train.src.offsets, config.data.max_length)
+    greedy = carried_pieces(greedy, carried)
     tokenizers = data.src_tokenizer, data.tgt_tokenizer
     found = translate_nbest(model, *tokenizers, sources, greedy, device=device)
     hypotheses = [hyps[0][0] for hyps in found]

@@ -14,10 +14,11 @@ from helpers.corpus import PAIRS, write_jsonl
 from helpers.runs import long_sentence
 from mt import checkpoint
 from mt.data import tokenizer as tok
-from mt.data.prepare import Prepared
+from mt.data.prepare import Prepared, prepare
 from mt.data.store import Split
 from mt.decoding.engine import open_translator
 from mt.decoding.pieces import source_pieces
+from mt.decoding.trained import carried_length
 from mt.decoding.translate import translate_ids
 from mt.model import max_sentence_tokens
 from mt.text import translate_texts
@@ -68,11 +69,14 @@ def test_one_line_in_one_line_out_each_lines_sentences_joined(cli_main, run_dir,
     assert whole.split("\n")[:-1] == translator.translate(lines[:1])
 
 
-def test_a_sentence_twice_the_positions_comes_back_whole_one_policy_for_all(
+def test_a_sentence_twice_the_carried_length_comes_back_whole_one_policy_for_all(
     cli_main, run_dir, tmp_path
 ):
     loaded = checkpoint.load(run_dir)
-    limit = max_sentence_tokens(loaded.model.cfg)
+    train = prepare(loaded.config).splits["train"]
+    limit = carried_length(train.src.offsets, loaded.config.data.max_length)
+    assert open_translator(run_dir).decoding(None).piece_tokens == limit
+    assert limit < loaded.config.data.max_length < max_sentence_tokens(loaded.model.cfg)
     text = long_sentence(loaded.src_tokenizer, 2 * limit)
     pieces = source_pieces(loaded.src_tokenizer, [text], limit)
     assert len(pieces.ids) >= 3 and max(map(len, pieces.ids)) <= limit
@@ -91,11 +95,13 @@ def test_a_sentence_twice_the_positions_comes_back_whole_one_policy_for_all(
     )
     ids = tok.encode(loaded.src_tokenizer, [text]), tok.encode(loaded.tgt_tokenizer, ["hola"])
     valid = Split(*ids, [text], ["hola"])
-    data = Prepared({"valid": valid}, loaded.src_tokenizer, loaded.tgt_tokenizer, {}, True)
+    splits = {"valid": valid, "train": train}
+    data = Prepared(splits, loaded.src_tokenizer, loaded.tgt_tokenizer, {}, True)
     _, examples = validation_record(loaded.model, data, config, torch.device("cpu"))
     assert examples[0].endswith(f"hyp: {whole}")
-    # mt score of the pair: scored on what fits, said in one line
-    pairs = write_jsonl(tmp_path / "long.jsonl", [("Hello.", "Hola."), (text, "Hola.")])
+    # mt score of a pair past the positions: scored on what fits, said in one line
+    longer = long_sentence(loaded.src_tokenizer, max_sentence_tokens(loaded.model.cfg))
+    pairs = write_jsonl(tmp_path / "long.jsonl", [("Hello.", "Hola."), (longer, "Hola.")])
     code, out, err = cli_main("score", str(run_dir), "--pairs", str(pairs))
     assert code == 0 and len(out.splitlines()) == 2
     assert err.count("\n") == 1 and "(2)" in err and "not exactly" in err
@@ -232,7 +238,7 @@ def test_average_is_the_mean_and_translates(cli_main, run_dir, tmp_path):
 def test_decoding_keys_come_from_config_and_set_on_top_of_the_checkpoint(
     cli_main, run_dir, tmp_path
 ):
-    sentence = "The coffee is hot and the water is cold."
+    sentence = "The coffee is hot."  # one piece: within the length the model carries
     code, short, err = cli_main(
         "translate", "--checkpoint", str(run_dir), "--set", "decode.max_len_b=1", "--set",
         "decode.max_len_a=0", "--beam", "1", sentence,

@@ -66,7 +66,9 @@ def test_an_exported_run_decodes_in_transformers_as_in_mt(tiny_run, tmp_path, cl
     inputs = tokenizer(sources, return_tensors="pt", padding=True)
     for beam, rules in ((1, "mt"), (4, "transformers")):
         decode = DecodeConfig(beam=beam, alpha=0.6, max_len_a=0, max_len_b=30, rules=rules)
-        decode = dataclasses.replace(decode, precision="fp32")
+        # each source whole, as generate() reads it: no pieces of the length the model carries
+        whole = config.model.max_positions
+        decode = dataclasses.replace(decode, precision="fp32", piece_tokens=whole)
         with torch.no_grad():
             ids = model.generate(
                 **inputs,

@@ -43,12 +43,13 @@ PAGE = """<!DOCTYPE html>
 </body></html>
 """
 UNTOUCHED = html.UNTOUCHED | html.KEPT_INLINE  # script, style, pre, code ...
+SEEN = html.TEXT_ATTRIBUTES  # translated: title, alt ...
 
 
 def shape(html: str, translate=lambda text: text) -> list[tuple]:
-    """Every node of a page in order: an element's tag and attributes, a comment's text, and
-    a text node's text, as is under UNTOUCHED, else its whitespace made one space and then
-    `translate`d (a text inside UNTOUCHED, as is)."""
+    """Every node of a page in order: an element's tag and attributes (those a reader sees
+    `translate`d), a comment's text, and a text node's text, as is under UNTOUCHED, else its
+    whitespace made one space and then `translate`d (a text inside UNTOUCHED, as is)."""
     from selectolax.lexbor import LexborHTMLParser
 
     found = []
@@ -61,7 +62,10 @@ def shape(html: str, translate=lambda text: text) -> list[tuple]:
         elif node.is_comment_node:
             found.append(("comment", node.comment_content))
         else:
-            found.append((node.tag, node.attributes))
+            attributes = node.attributes
+            found.append(
+                (node.tag, {k: translate(v) if k in SEEN else v for k, v in attributes.items()})
+            )
     return found
 
 

@@ -52,7 +52,7 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
     assert answer["scores"] == pytest.approx([s for _, s in want], abs=1e-4)
     assert answer["scores"] == sorted(answer["scores"], reverse=True)
     assert (answer["beam"], answer["model"], answer["step"]) == (3, "run", 60)
-    assert "detectedLanguage" not in answer
+    assert "detectedLanguage" not in answer and answer["short"] is False
 
     # a list, in order, each as decoded alone; source auto as LibreTranslate's clients send it
     status, answer, _ = call(address, "/translate", {"q": SENTENCES, "source": "auto"})
@@ -60,6 +60,7 @@ def test_translate_answers_as_libretranslate_and_as_mt_translate(server, model):
     beam = service.first.beam
     assert answer["translatedText"] == [h[0][0] for h in expected(service, SENTENCES, beam, 1)]
     assert answer["alternatives"] == [[]] * len(SENTENCES)
+    assert answer["short"] == [False] * len(SENTENCES)
     assert [found["language"] for found in answer["detectedLanguage"]] == ["en"] * 5
 
     # libretranslatepy posts a form; greedy search has no score
@@ -76,7 +77,7 @@ def test_a_paragraph_is_translated_sentence_by_sentence_its_layout_kept(server):
     status, answer, _ = call(address, "/translate", {"q": text, "alternatives": 1})
     assert status == 200
     decode = dataclasses.replace(service.first.translator.config.decode, beam=2, nbest=2)
-    (want,) = translate_texts_nbest(service.first.translator, [text], decode)
+    (want,) = translate_texts_nbest(service.first.translator, [text], decode).nbest
     assert [answer["translatedText"], *answer["alternatives"]] == [t for t, _ in want]
     best = [h[0][0] for h in expected(service, SENTENCES[:4], 2, 1)]
     assert answer["translatedText"] == f"{best[0]}  {best[1]}\n{best[2]} {best[3]}\n"

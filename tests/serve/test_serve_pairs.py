@@ -131,8 +131,8 @@ def test_the_page_switches_and_swaps_languages_in_headless_chromium(both, tmp_pa
         source = driver.find_element(By.ID, "source")
         source.clear()
         source.send_keys(SPANISH)
-        wait.until(lambda d: d.find_element(By.ID, "detected").text == "Detected: Spanish")
-        assert target(driver) == alone(backward, SPANISH)
+        wait.until(lambda d: target(d) == alone(backward, SPANISH))
+        assert driver.find_element(By.ID, "detected").text == "Detected: Spanish"
         assert driver.find_element(By.ID, "error").text == ""
 
 

@@ -39,6 +39,9 @@ class FakeTranslator:
         forms = [("<{}>", -1.0), ("[{}]", -2.0), ("{{{}}}", -3.0)][:nbest]
         return [[(form.format(t), score - len(t)) for form, score in forms] for t in texts]
 
+    def short(self, sources, translations, decode=None):
+        return [len(t) < len(s) for s, t in zip(sources, translations)]
+
 
 class Decode:
     def __init__(self, nbest: int) -> None:
@@ -113,7 +116,7 @@ def test_a_sentence_on_one_line_is_translated_on_one_line():
 
 
 def test_nbest_of_a_text_joins_each_sentences_kth():
-    found = translate_texts_nbest(FakeTranslator(), [" A b. C d. ", ""], Decode(3))
+    found = translate_texts_nbest(FakeTranslator(), [" A b. C d. ", ""], Decode(3)).nbest
     assert [text for text, _ in found[0]] == [
         " <A b.> <C d.> ",
         " [A b.] [C d.] ",

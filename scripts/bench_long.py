@@ -1,0 +1,270 @@
+"""Long sentences: pieces the model can carry and the coverage guard (issue 43), against
+today's policy (pieces only where a sentence passes the model's positions, no guard), in one
+run on the same model. Prints one JSON object.
+
+  joined   Tatoeba test sentences joined 1, 2, 4, 8 and 16 a line by commas and a last "and"
+           ("y" in the references): BLEU and output/reference length ratio per length, for
+           the sentences one by one (their translations joined alike), today, pieces of
+           data.max_length, pieces of the length the model carries (mt.decoding.trained),
+           each also with the guard (the default: the latter); on how many sentences the
+           guard fires
+  longest  one line of test sentences joined until it has 409 words (the issue's): words out
+           per word in
+  flores   FLORES devtest, beam 5: each line whole as today against split (its sentences,
+           pieces, guard: the default), time (medians of --repeats runs in turns) and BLEU
+  tatoeba  the Tatoeba test today and by default: BLEU, and how often the guard fires
+
+    python scripts/bench_long.py runs/recipe --data ../shared/data [--beam 5] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from mt.data.corpus import read_pairs_jsonl
+from mt.decoding.evaluate import bleu_chrf
+from mt.model import max_sentence_tokens
+from mt.text import Layouts
+
+PER_LINE = (1, 2, 4, 8, 16)
+LONGEST = 409  # words in the longest line
+FINAL = ".!?"
+POLICIES = ("today", "max_length", "max_length_guard", "carried", "guard")
+
+
+def joined(sentences: Sequence[str], conjunction: str) -> str:
+    """One sentence of many: each but the last without its final stop, joined by commas,
+    the last after `conjunction` ("and", "y")."""
+    bare = [s.rstrip(FINAL) for s in sentences[:-1]]
+    if not bare:
+        return sentences[-1]
+    return ", ".join(bare) + f", {conjunction} " + sentences[-1]
+
+
+def lines_of(pairs: Sequence[tuple[str, str]], per_line: int) -> tuple[list[str], list[str]]:
+    """The pairs joined `per_line` a line: (sources, references)."""
+    groups = [pairs[i : i + per_line] for i in range(0, len(pairs) - per_line + 1, per_line)]
+    return (
+        [joined([s for s, _ in g], "and") for g in groups],
+        [joined([t for _, t in g], "y") for g in groups],
+    )
+
+
+def length_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Words out per reference word."""
+    return sum(len(h.split()) for h in hypotheses) / sum(len(r.split()) for r in references)
+
+
+def scored(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    return {
+        "bleu": round(bleu_chrf(hypotheses, references)["bleu"], 2),
+        "length": round(length_ratio(hypotheses, references), 3),
+    }
+
+
+class Policies:
+    """The translator under each policy: today (pieces only past the model's positions, no
+    guard), pieces of data.max_length, pieces of the length the model carries (without the
+    guard), and the default (those, with the guard)."""
+
+    def __init__(self, translator, beam: int) -> None:
+        self.translator = translator
+        decode = dataclasses.replace(translator.config.decode, beam=beam)
+        config = translator.config
+        pieces = {
+            "today": max_sentence_tokens(config.model),
+            "max_length": config.data.max_length,
+            "carried": 0,  # the translator's own
+        }
+        self.decode = {
+            policy: dataclasses.replace(decode, piece_tokens=tokens, coverage=0)
+            for policy, tokens in pieces.items()
+        }
+        self.decode["max_length_guard"] = dataclasses.replace(
+            decode, piece_tokens=config.data.max_length
+        )
+        self.decode["guard"] = decode
+
+    def translate(
+        self, policy: str, texts: Sequence[str], split: bool = True
+    ) -> tuple[list[str], int]:
+        """Each text's translation, as mt translate makes it, and on how many of their
+        sentences the guard fires (with it: is still short after its second try)."""
+        layouts = Layouts(texts, split)
+        found = self.translator.translate_nbest(layouts.sentences, self.decode[policy])
+        best = [hyps[0][0] for hyps in found]
+        short = self.translator.short(layouts.sentences, best, self.decode["guard"])
+        return [hyps[0][0] for hyps in layouts.joined(found)], sum(short)
+
+
+def bench_joined(policies: Policies, pairs: list, count: int) -> list[dict]:
+    """The joined-sentences table over `count` test pairs."""
+    one_by_one, _ = policies.translate("guard", [s for s, _ in pairs])
+    rows = []
+    for per_line in PER_LINE:
+        sources, references = lines_of(pairs, per_line)
+        used = len(sources) * per_line
+        singles = [joined(one_by_one[i : i + per_line], "y") for i in range(0, used, per_line)]
+        row = {"per_line": per_line, "lines": len(sources)}
+        row["one_by_one"] = scored(singles, references)
+        for policy in POLICIES:
+            found, short = policies.translate(policy, sources)
+            row[policy] = scored(found, references)
+            row[f"short_{policy}"] = short
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def bench_longest(policies: Policies, pairs: list, seed: int) -> dict:
+    shuffled = random.Random(seed).sample(pairs, len(pairs))
+    count = 1
+    while len(joined([s for s, _ in shuffled[:count]], "and").split()) < LONGEST:
+        count += 1
+    source = joined([s for s, _ in shuffled[:count]], "and")
+    out = {"sentences": count, "words": len(source.split())}
+    for policy in POLICIES:
+        (found,), _ = policies.translate(policy, [source])
+        out[policy] = round(len(found.split()) / out["words"], 3)
+    return out
+
+
+def bench_flores(policies: Policies, pairs: list, repeats: int) -> dict:
+    """Each line whole as today against split by default: seconds (in turns) and BLEU."""
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    runs = {"whole": ("today", False), "split": ("guard", True)}
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    found = {}
+    for _ in range(repeats):
+        for name, (policy, split) in runs.items():
+            started = time.perf_counter()
+            found[name], _ = policies.translate(policy, sources, split)
+            seconds[name].append(time.perf_counter() - started)
+    median = {name: statistics.median(s) for name, s in seconds.items()}
+    words = {name: sum(len(t.split()) for t in found[name]) for name in runs}
+    return {
+        "lines": len(sources),
+        "seconds": seconds,
+        "time_ratio": round(median["split"] / median["whole"], 3),
+        "time_per_word_ratio": round(
+            median["split"] / words["split"] / (median["whole"] / words["whole"]), 3
+        ),
+        **{f"length_{name}": round(length_ratio(found[name], references), 3) for name in runs},
+        **{f"bleu_{name}": round(bleu_chrf(found[name], references)["bleu"], 2) for name in runs},
+    }
+
+
+def bench_tatoeba(policies: Policies, pairs: list) -> dict:
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    today, fires = policies.translate("today", sources)
+    default, _ = policies.translate("guard", sources)  # the guard's second tries said
+    return {
+        "lines": len(sources),
+        "bleu_today": round(bleu_chrf(today, references)["bleu"], 2),
+        "bleu_default": round(bleu_chrf(default, references)["bleu"], 2),
+        "same": sum(a == b for a, b in zip(today, default)),
+        "fires": fires,
+    }
+
+
+def render(r: dict) -> list[str]:
+    """The result as the lines of docs/benchmarks.md."""
+    names = {
+        "one_by_one": "one by one",
+        "today": "today",
+        "max_length": f"pieces of {r['max_length']}",
+        "max_length_guard": f"pieces of {r['max_length']} + guard",
+        "carried": f"pieces of {r['carried']}",
+        "guard": f"pieces of {r['carried']} + guard",
+    }
+    lines = [
+        "## Long sentences: pieces the model carries, and the coverage guard",
+        "",
+        f'Tatoeba test sentences joined 1 to 16 a line by commas and a last "and", beam '
+        f"{r['beam']}, model {r['model']} (length ratio {r['length_ratio']}, data.max_length "
+        f"{r['max_length']}, carried length {r['carried']} tokens; scripts/bench_long.py). BLEU "
+        'and output/reference words; "fires": sentences on which the guard fires (on the '
+        "pieces without it; in brackets, with it: still short after its second try).",
+        "",
+        "| per line | lines | " + " | ".join(names.values()) + " | fires (still short) at "
+        f"{r['max_length']} | at {r['carried']} |",
+        "|---:|---:|" + "---:|" * (len(names) + 2),
+    ]
+    for row in r.get("joined", []):
+        cells = [f"{row[k]['bleu']:.2f} ({row[k]['length']:.2f})" for k in names]
+        fires = [
+            f"{row['short_' + without]} ({row['short_' + guarded]})"
+            for without, guarded in (("max_length", "max_length_guard"), ("carried", "guard"))
+        ]
+        lines.append(f"| {row['per_line']} | {row['lines']} | {' | '.join(cells + fires)} |")
+    lines.append("")
+    if "longest" in r:
+        x = r["longest"]
+        words = ", ".join(f"{names[k]} {x[k]:.2f}" for k in POLICIES)
+        lines += [f"One line of {x['sentences']} sentences, {x['words']} words: words out per "
+                  f"word in: {words}.", ""]  # fmt: skip
+    if "tatoeba" in r:
+        t = r["tatoeba"]
+        lines += [
+            f"Tatoeba test ({t['lines']} lines): BLEU today {t['bleu_today']:.2f}, by default "
+            f"{t['bleu_default']:.2f}; {t['same']} translations the same; the guard fires on "
+            f"{t['fires']}.",
+            "",
+        ]
+    if "flores" in r:
+        f = r["flores"]
+        lines += [
+            f"FLORES devtest ({f['lines']} lines), each line whole as today against split by "
+            f"default (sentences, pieces, guard), medians of {len(f['seconds']['whole'])} runs "
+            f"in turns: time {f['time_ratio']:.2f}x ({f['time_per_word_ratio']:.2f}x per word "
+            f"out), BLEU {f['bleu_whole']:.2f} -> {f['bleu_split']:.2f}, output/reference "
+            f"words {f['length_whole']:.2f} -> {f['length_split']:.2f}.",
+            "",
+        ]
+    return lines
+
+
+def main() -> None:
+    from mt.decoding.engine import open_translator
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--pairs", type=int, default=320, help="test pairs joined")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", default="joined,longest,flores,tatoeba")
+    args = parser.parse_args()
+    translator = open_translator(args.model, device="cpu")
+    policies = Policies(translator, args.beam)
+    test = read_pairs_jsonl(args.data / "tatoeba_en_es.test.jsonl.gz", "en", "es")
+    result = {"model": args.model, "beam": args.beam, "seed": args.seed}
+    result["length_ratio"] = round(translator.trained.ratio, 4)
+    result["carried"] = translator.trained.carried
+    result["max_length"] = translator.config.data.max_length
+    steps = args.only.split(",")
+    if "joined" in steps:
+        chosen = random.Random(args.seed).sample(test, args.pairs)
+        result["joined"] = bench_joined(policies, chosen, args.pairs)
+    if "longest" in steps:
+        result["longest"] = bench_longest(policies, test, args.seed)
+        print(json.dumps(result["longest"]), flush=True)
+    if "tatoeba" in steps:
+        result["tatoeba"] = bench_tatoeba(policies, test)
+        print(json.dumps(result["tatoeba"]), flush=True)
+    if "flores" in steps:
+        flores = read_pairs_jsonl(args.data / "flores200_devtest_en_es.jsonl.gz", "en", "es")
+        result["flores"] = bench_flores(policies, flores, args.repeats)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
