@@ -1,13 +1,18 @@
 """Word processor files: .docx (python-docx) and .odt (odfdo), a paragraph or heading a block
-and its runs (spans, links) its pieces, so that styles, bold and italic runs, tables, headers
-and footers stay as they were; only the text inside runs changes. The zip is checked before
-either library opens it, and the paragraphs are counted as they are walked (limits.py)."""
+and its text elements (a .docx's `w:t`, an .odt paragraph's text and that of its spans and
+links) its pieces, so that styles, bold and italic runs, fields, notes, pictures, tables,
+headers and footers stay as they were; only those texts change. Deleted text (tracked
+changes) and a field's code are never text to translate. The zip is checked before either
+library opens it, and the paragraphs are counted as they are walked (limits.py); each walk is
+a loop over the XML in document order, one visit an element."""
 
 from __future__ import annotations
 
 import io
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from lxml import etree
@@ -16,20 +21,37 @@ from .limits import TextLimit, unzipped
 from .pieces import Block, Document
 
 Piece = tuple[str, Callable[[str], None] | None]  # its text, how to replace it (None: kept)
-ODF_TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"  # the text: prefix, as lxml writes it
-ODF_STYLE = "{urn:oasis:names:tc:opendocument:xmlns:style:1.0}"
+XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 
-
+W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"  # w:, as lxml writes it
 # the parts of a .docx that hold text a reader sees: the body (its tables, content controls
-# and text boxes), every header and footer (first-page and even-page ones too), the notes
-DOCX_TEXT = re.compile(r"/word/(document|header\d*|footer\d*|footnotes|endnotes)\.xml")
+# and text boxes), every header and footer (first-page and even-page ones too), the notes and
+# the comments (as an .odt's are, in its body)
+DOCX_TEXT = re.compile(r"/word/(document|header\d*|footer\d*|footnotes|endnotes|comments)\.xml")
+# what a paragraph holds that is not its text: properties (a content control's too), deleted
+# and moved-away text, math, a text box's paragraphs (blocks of their own), and the copy of
+# its content for readers that lack a feature (mc:Fallback: the text would be read twice)
+DOCX_SKIPPED = {
+    *(f"{W}{tag}" for tag in ("pPr", "rPr", "sdtPr", "sdtEndPr", "del", "moveFrom", "p")),
+    "{http://schemas.openxmlformats.org/officeDocument/2006/math}oMath",
+    "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback",
+}
+DOCX_SPACES = {f"{W}{tag}" for tag in ("tab", "ptab", "br", "cr")}
+
+ODF_TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"  # text:, as lxml writes it
+ODF_STYLE = "{urn:oasis:names:tc:opendocument:xmlns:style:1.0}"
+# paragraphs, headings, and the title an index (a table of contents) is remade with
+ODT_PARAGRAPHS = {f"{ODF_TEXT}{tag}" for tag in ("p", "h", "index-title-template")}
+ODT_INLINE = {f"{ODF_TEXT}{tag}" for tag in ("span", "a", "meta")}  # a sentence runs through
+ODT_SPACES = {f"{ODF_TEXT}{tag}" for tag in ("s", "tab", "line-break")}
+ODT_NOTE = f"{ODF_TEXT}note"  # its citation a mark, its paragraphs blocks of their own
 
 
 def read_docx(data: bytes, limit: TextLimit) -> Document:
-    """A .docx file's paragraphs as blocks of runs, those of every part that holds text (a
-    part python-docx does not model, the notes, parsed and written back here). An entity
-    (`&x;`, declared in the part's DTD: one that is not is an XML error) is refused: the
-    part is written without its DTD, and Word would not open the file."""
+    """A .docx file's paragraphs as blocks of their text elements, those of every part that
+    holds text (a part python-docx does not model, the notes, parsed and written back here).
+    An entity (`&x;`, declared in the part's DTD: one that is not is an XML error) is
+    refused: the part is written without its DTD, and Word would not open the file."""
     import docx
 
     document = docx.Document(unzipped(data, limit.where))
@@ -38,8 +60,9 @@ def read_docx(data: bytes, limit: TextLimit) -> Document:
     for part, root in zip(parts, roots):
         for entity in root.iter(etree.Entity):
             raise ValueError(f"{part.partname[1:]}: an entity, {entity}, which Word cannot read")
-    paragraphs = (p for root in roots for p in _docx_paragraphs(root))
-    pieces = ([_docx_run(r) for r in _docx_runs(*p)] for p in paragraphs)
+    # every paragraph however deep: in table cells, content controls and text boxes
+    paragraphs = (p for root in roots for p in root.iter(f"{W}p"))
+    pieces = (list(_docx_pieces(p)) for p in paragraphs)
 
     def save(out: io.BytesIO) -> None:
         for part, root in zip(parts, roots):
@@ -58,58 +81,83 @@ def _docx_root(part: Any) -> Any:
     return part.element if hasattr(part, "element") else parse_xml(part.blob)
 
 
-def _docx_paragraphs(root: Any) -> Iterator[tuple[Any, Any]]:
-    """Every paragraph of a part, in order, however deep: in table cells (a merged cell
-    once), content controls and text boxes, which python-docx's iter_inner_content does not
-    reach; its element and its Paragraph each."""
-    from docx.oxml.ns import qn
-    from docx.text.paragraph import Paragraph
+def _docx_pieces(p: Any) -> Iterator[Piece]:
+    """The text elements (`w:t`) of paragraph `p` in order, however deep its runs sit (links,
+    insertions, content controls, fields' results, smart tags, custom XML), each replaced
+    alone so that whatever else its run holds stays (a picture, a field's code, a note's
+    mark); a tab or a line break a space kept. A complex field's code (between its `begin`
+    and `separate`) is never text, even a field's result nested in it."""
+    fields = _Fields()
+    walk = etree.iterwalk(p, events=("start",))
+    next(walk)  # `p` itself
+    for _, element in walk:
+        if element.tag in DOCX_SKIPPED:
+            walk.skip_subtree()
+        elif element.tag == f"{W}fldChar":
+            fields.mark(element.get(f"{W}fldCharType"))
+        elif fields.in_code:
+            continue
+        elif element.tag == f"{W}t":
+            yield element.text or "", partial(_set_docx_text, element)
+        elif element.tag in DOCX_SPACES:
+            yield " ", None
+        elif element.tag == f"{W}noBreakHyphen":
+            yield "-", None
 
-    for p in root.iter(qn("w:p")):
-        yield p, Paragraph(p, None)
+
+@dataclass
+class _Fields:
+    """The complex fields open at a point of a paragraph, as their marks say: `begin` opens
+    one (its code follows), `separate` starts its result, `end` closes it; a stray mark (of a
+    field begun in another paragraph) changes nothing. Counted, not searched: a paragraph
+    may hold thousands."""
+
+    past_code: list[bool] = field(default_factory=list)  # each open field's
+    in_code: int = 0  # how many open fields are in their code
+
+    def mark(self, kind: str | None) -> None:
+        if kind == "begin":
+            self.past_code.append(False)
+            self.in_code += 1
+        elif kind == "separate" and self.past_code and not self.past_code[-1]:
+            self.past_code[-1] = True
+            self.in_code -= 1
+        elif kind == "end" and self.past_code:
+            self.in_code -= not self.past_code.pop()
 
 
-def _docx_runs(p: Any, paragraph: Any) -> Iterator[Any]:
-    """The runs of paragraph `p`, those in its links too: its iter_inner_content's, found by
-    lxml rather than by python-docx's XPath (20 µs a paragraph, an empty one too)."""
-    from docx.oxml.ns import qn
-    from docx.text.hyperlink import Hyperlink
-    from docx.text.run import Run
-
-    for item in p.iterchildren(qn("w:r"), qn("w:hyperlink")):
-        if item.tag == qn("w:hyperlink"):
-            yield from Hyperlink(item, paragraph).runs
-        else:
-            yield Run(item, paragraph)
-
-
-def _docx_run(run: Any) -> Piece:
-    """A run's text; kept if it holds a picture or a page break, which setting text drops."""
-    if not all(isinstance(item, str) for item in run.iter_inner_content()):
-        return run.text, None
-    return run.text, lambda text: setattr(run, "text", text)
+def _set_docx_text(t: Any, text: str) -> None:
+    t.text = text
+    if text != text.strip():  # else Word drops its edge spaces
+        t.set(XML_SPACE, "preserve")
 
 
 def read_odt(data: bytes, limit: TextLimit) -> Document:
-    """An .odt file's paragraphs and headings (body, tables, frames, notes, and the pages'
-    headers and footers) as blocks of spans."""
+    """An .odt file's paragraphs and headings (body, tables, frames, notes, comments, and the
+    pages' headers and footers; not the deleted text of its tracked changes) as blocks of
+    their texts: their own, their spans' and links', and that after each inline element."""
     import odfdo
 
     document = odfdo.Document(unzipped(data, limit.where))
     if document.get_type() != "text":
         raise ValueError(f"an OpenDocument {document.get_type()}, not a text document")
-    # lxml's iter, in document order as the XPath "descendant::text:p | descendant::text:h"
-    # but one at a time: get_elements would wrap every paragraph before the first is counted;
     # the body's, then the page styles' (headers and footers, in styles.xml)
     pages = document.styles.root._xml_element.iter(f"{ODF_STYLE}master-page")
-    paragraphs = (
-        p
-        for root in (document.body._xml_element, *pages)
-        for p in root.iter(f"{ODF_TEXT}p", f"{ODF_TEXT}h")
-    )
-    # a note's or a frame's paragraphs are blocks of their own, kept whole in the outer one
-    pieces = (list(_odt_pieces(odfdo.Element.from_tag(p))) for p in paragraphs)
+    paragraphs = (p for root in (document.body._xml_element, *pages) for p in _odt_paragraphs(root))
+    pieces = (list(_odt_pieces(p)) for p in paragraphs)
     return _document(pieces, lambda out: _save_odt(document, out), limit)
+
+
+def _odt_paragraphs(root: Any) -> Iterator[Any]:
+    """Every paragraph and heading under `root` in document order, one at a time (odfdo's
+    get_elements would wrap them all before the first is counted), a note's or a frame's as
+    well as those around it; not those of the tracked changes, deleted text kept as it was."""
+    walk = etree.iterwalk(root, events=("start",))
+    for _, element in walk:
+        if element.tag == f"{ODF_TEXT}tracked-changes":
+            walk.skip_subtree()
+        elif element.tag in ODT_PARAGRAPHS:
+            yield element
 
 
 def _save_odt(document: Any, out: io.BytesIO) -> None:
@@ -120,19 +168,35 @@ def _save_odt(document: Any, out: io.BytesIO) -> None:
     document.save(out)
 
 
-ODT_INLINE = {"text:span", "text:a"}  # elements a sentence runs through
-
-
-def _odt_pieces(element: Any) -> Iterator[Piece]:
-    """The text of `element`, then of each child (spans and links inside it in turn) and the
-    text after it; spaces, tabs, line breaks, notes and frames are kept as they are."""
-    yield element.text or "", lambda text: setattr(element, "text", text)
-    for child in element.children:
-        if child.tag in ODT_INLINE:
-            yield from _odt_pieces(child)
+def _odt_pieces(p: Any) -> Iterator[Piece]:
+    """The text of paragraph `p`, of the spans, links and annotated text inside it, and after
+    each child, in order. A field (a date, a page number, a reference) is part of its
+    sentence but kept as it reads; a space, tab or line break is a space kept; a note, a
+    frame or a comment is a mark kept (its paragraphs are blocks of their own)."""
+    walk = etree.iterwalk(p, events=("start", "end"))
+    for event, element in walk:
+        if event == "end":
+            if element is not p:
+                yield element.tail or "", partial(_set, element, "tail")
+        elif element is p or element.tag in ODT_INLINE:
+            yield element.text or "", partial(_set, element, "text")
         else:
-            yield " " if child.tag in ("text:s", "text:tab", "text:line-break") else "", None
-        yield child.tail or "", lambda text, child=child: setattr(child, "tail", text)
+            walk.skip_subtree()
+            yield _odt_kept(element), None
+
+
+def _odt_kept(element: Any) -> str:
+    """What an element that is not a sentence's own text reads as in it."""
+    tag = element.tag  # a function for a comment
+    if tag in ODT_SPACES:
+        return " "
+    if isinstance(tag, str) and tag.startswith(ODF_TEXT) and tag != ODT_NOTE:
+        return "".join(element.itertext())  # a field's text: bookmarks and such have none
+    return ""
+
+
+def _set(element: Any, where: str, text: str) -> None:
+    setattr(element, where, text)
 
 
 def _document(

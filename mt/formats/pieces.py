@@ -1,7 +1,7 @@
 """Documents as blocks of pieces: a block is one text to translate (a paragraph, a subtitle)
 made of the pieces its markup cuts it into (an HTML element's text nodes, a .docx paragraph's
-runs), and its translation is cut back into as many pieces, so that the markup around each
-piece stays where it was and the document's structure is unchanged by construction.
+text elements), and its translation is cut back into as many pieces, so that the markup around
+each piece stays where it was and the document's structure is unchanged by construction.
 
 A block is translated whole, never piece by piece (LibreTranslate #806: "I went to <b>Paris</b>
 last summer." as three translations). Where each piece's translation falls in the block's is

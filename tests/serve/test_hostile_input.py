@@ -233,6 +233,16 @@ def test_empty_paragraphs_are_counted_while_walking_and_the_walk_stops_there(kin
     assert len(read_document(f"a.{kind}", data).blocks) > 20_000  # no limit: all read
 
 
+def test_a_docx_paragraph_of_many_fields_is_walked_once():
+    # 30,000 fields opened, their results begun, never closed: each text is a result (a
+    # search of the open fields at each text was quadratic)
+    field = b'<w:r><w:fldChar w:fldCharType="begin"/><w:instrText>REF a</w:instrText></w:r>'
+    field += b'<w:r><w:fldChar w:fldCharType="separate"/><w:t>x</w:t></w:r>'
+    content = DOCUMENT_XML % (b"<w:p>" + field * 30_000 + b"</w:p>")
+    (text,) = read_document("a.docx", replaced(docx_file(), "word/document.xml", content)).units
+    assert text == "x" * 30_000
+
+
 def test_text_is_counted_while_walking():
     with pytest.raises(
         DocumentTooLarge, match=r"^a.docx: more than 100 characters of text \(at most 100\)$"
