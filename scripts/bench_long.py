@@ -96,12 +96,17 @@ class Policies:
         self, policy: str, texts: Sequence[str], split: bool = True
     ) -> tuple[list[str], int]:
         """Each text's translation, as mt translate makes it, and on how many of their
-        sentences the guard fires (with it: is still short after its second try)."""
+        sentences the guard fires (with it: is still short after its second try, as the
+        translator says)."""
         layouts = Layouts(texts, split)
-        found = self.translator.translate_nbest(layouts.sentences, self.decode[policy])
-        best = [hyps[0][0] for hyps in found]
-        short = self.translator.short(layouts.sentences, best, self.decode["guard"])
-        return [hyps[0][0] for hyps in layouts.joined(found)], sum(short)
+        decode = self.decode[policy]
+        found = self.translator.translate_nbest(layouts.sentences, decode)
+        short = found.short
+        if not decode.coverage:  # no guard: where it would fire
+            coverage, best = self.translator.coverage, [hyps[0][0] for hyps in found.nbest]
+            fraction = self.decode["guard"].coverage
+            short = coverage.short(coverage.source_lengths(layouts.sentences), best, fraction)
+        return [hyps[0][0] for hyps in layouts.joined(found.nbest)], sum(short)
 
 
 def bench_joined(policies: Policies, pairs: list, count: int) -> list[dict]:

@@ -161,7 +161,7 @@ def main() -> None:
     items = sample(Path(args.data) / args.split, args.count, args.seed)
 
     def translate(texts: list[str]) -> list[str]:
-        return [hyps[0][0] for hyps in translator.translate_nbest(texts)]
+        return [hyps[0][0] for hyps in translator.translate_nbest(texts).nbest]
 
     marked = [text for text, _, _ in items]
     bolds = sorted({bold(text) for text in marked})

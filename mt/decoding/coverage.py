@@ -5,7 +5,8 @@ measures (mt.decoding.trained).
 
 A translation under decode.coverage (0.5) of its prediction is translated again once, in
 pieces half as long as its first (mt.decoding.pieces), and the longer of the two kept; one
-still short after that is flagged to the caller (`Coverage.short`).
+still short after that is flagged to the caller: a Translator's translate_nbest returns its
+`Translations`, each translation's verdict with it, so that no caller measures again.
 """
 
 from __future__ import annotations
@@ -24,6 +25,24 @@ from ..data import tokenizer as tok
 LEAST_SOURCE_TOKENS = 48
 
 
+@dataclass
+class Translations:
+    """Each text's n-best (text, score) pairs, best first, and whether it is `short`: much
+    shorter than its source predicts even after the guard's second try (a text of several
+    sentences, mt.text: a sentence of it is)."""
+
+    nbest: list[list[tuple[str, float]]]
+    short: list[bool]
+
+    def part(self, start: int, stop: int) -> Translations:
+        """The translations of the texts from `start` to `stop` (not included)."""
+        return Translations(self.nbest[start:stop], self.short[start:stop])
+
+    def __add__(self, other: Translations) -> Translations:
+        """Both's translations, these first."""
+        return Translations(self.nbest + other.nbest, self.short + other.short)
+
+
 @dataclass(frozen=True)
 class Coverage:
     """How long a translation should be: `ratio` target tokens per source token."""
@@ -32,21 +51,18 @@ class Coverage:
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
 
-    def lengths(self, sources: Sequence[str], translations: Sequence[str]) -> list[tuple]:
-        """(source tokens, translation tokens) of each pair."""
-        return list(
-            zip(
-                map(len, tok.encode(self.src_tokenizer, sources)),
-                map(len, tok.encode(self.tgt_tokenizer, translations)),
-            )
-        )
+    def source_lengths(self, sources: Sequence[str]) -> list[int]:
+        """The tokens of each source."""
+        return list(map(len, tok.encode(self.src_tokenizer, sources)))
 
     def short(
-        self, sources: Sequence[str], translations: Sequence[str], fraction: float
+        self, source_lengths: Sequence[int], translations: Sequence[str], fraction: float
     ) -> list[bool]:
-        """Whether each translation is shorter than `fraction` of what its source predicts
-        (never for a source under LEAST_SOURCE_TOKENS, nor with `fraction` 0)."""
+        """Whether each translation is shorter than `fraction` of what its source (of
+        `source_lengths` tokens) predicts (never for a source under LEAST_SOURCE_TOKENS, nor
+        with `fraction` 0)."""
+        lengths = map(len, tok.encode(self.tgt_tokenizer, translations))
         return [
             n >= LEAST_SOURCE_TOKENS and m < fraction * self.ratio * n
-            for n, m in self.lengths(sources, translations)
+            for n, m in zip(source_lengths, lengths)
         ]

@@ -22,7 +22,7 @@ from ..config_file import decoding_config
 from ..errors import ConfigError
 from ..messages import say
 from . import ct2
-from .coverage import Coverage
+from .coverage import Coverage, Translations
 from .ensemble import load_ensemble
 from .pieces import lead_ids
 from .trained import Trained, carried_pieces
@@ -47,36 +47,44 @@ class Translator(ABC):
         progress: bool = False,
         prefixes: Sequence[str] | None = None,
         constraints: Sequence[Sequence[str]] | None = None,
-    ) -> list[list[tuple[str, float]]]:
-        """Up to `decode.nbest` (text, score) pairs per text, best first, in input order; the
-        score is the length-normalised log-probability (NaN for greedy search). `decode`:
-        this translator's own decode section unless given; `prefixes`: the target text each
+    ) -> Translations:
+        """Each text's translations, in input order: up to `decode.nbest` (text, score)
+        pairs, best first (`Translations.nbest`; the score is the length-normalised
+        log-probability, NaN for greedy search), and whether it is short. `decode`: this
+        translator's own decode section unless given; `prefixes`: the target text each
         translation must start with ("": none), one per text; `constraints`: the target terms
         each must contain, a list per text. A translation the coverage guard finds short is
-        translated again in smaller pieces (mt.decoding.coverage), which is said."""
+        translated again in smaller pieces (mt.decoding.coverage), which is said; one still
+        short after that is `Translations.short`, the verdict every caller takes: each source
+        and each translation is measured once, here."""
         decode = self.decoding(decode)
         found = self._translate_nbest(texts, decode, progress, prefixes, constraints)
-        best = [hyps[0][0] for hyps in found]
-        retry = [i for i, short in enumerate(self.short(texts, best, decode)) if short]
+        sources = self.coverage.source_lengths(texts)
+        short = self.coverage.short(sources, [hyps[0][0] for hyps in found], decode.coverage)
+        retry = [i for i, flag in enumerate(short) if flag]
         if not retry:
-            return found
-        lengths = self.coverage.lengths([texts[i] for i in retry], [best[i] for i in retry])
+            return Translations(found, short)
         by_piece: dict[int, list[int]] = {}  # half a first piece: every retried text is cut
-        for i, (n, _) in zip(retry, lengths):
-            by_piece.setdefault(max(1, min(n, decode.piece_tokens) // 2), []).append(i)
+        for i in retry:
+            by_piece.setdefault(max(1, min(sources[i], decode.piece_tokens) // 2), []).append(i)
+        longer = []  # the retried whose second try is kept: the others are still short
         for piece, group in by_piece.items():
             smaller = dataclasses.replace(decode, piece_tokens=piece)
             steer = [None if x is None else [x[i] for i in group] for x in (prefixes, constraints)]
             again = self._translate_nbest([texts[i] for i in group], smaller, False, *steer)
             for i, hyps in zip(group, again):
-                if len(hyps[0][0]) > len(best[i]):
+                if len(hyps[0][0]) > len(found[i][0][0]):
                     found[i] = hyps
-        still = sum(self.short([texts[i] for i in retry], [found[i][0][0] for i in retry], decode))
+                    longer.append(i)
+        kept = [found[i][0][0] for i in longer]
+        still = self.coverage.short([sources[i] for i in longer], kept, decode.coverage)
+        for i, flag in zip(longer, still):
+            short[i] = flag
         say(
             f"warning: {len(retry)} translation(s) much shorter than their source predicts: "
-            f"translated again in smaller pieces; {still} still short"
+            f"translated again in smaller pieces; {sum(short)} still short"
         )
-        return found
+        return Translations(found, short)
 
     @abstractmethod
     def _translate_nbest(
@@ -99,18 +107,10 @@ class Translator(ABC):
         """The coverage guard's measure of a translation's length."""
         return Coverage(self.trained.ratio, self.src_tokenizer, self.tgt_tokenizer)
 
-    def short(
-        self, sources: Sequence[str], translations: Sequence[str], decode: DecodeConfig | None
-    ) -> list[bool]:
-        """Whether each translation is much shorter than its source predicts: under
-        decode.coverage (this translator's own unless given) of it."""
-        fraction = (decode or self.config.decode).coverage
-        return self.coverage.short(sources, translations, fraction)
-
     def translate(self, texts: Sequence[str], *args: Any, **options: Any) -> list[str]:
         """The best translation of each text, in input order; an empty text gives "". The
         other arguments are translate_nbest's."""
-        return [hyps[0][0] for hyps in self.translate_nbest(texts, *args, **options)]
+        return [hyps[0][0] for hyps in self.translate_nbest(texts, *args, **options).nbest]
 
     def decoding(self, decode: DecodeConfig | None) -> DecodeConfig:
         """`decode` (None: the translator's own), its sampling seed run.seed and its pieces

@@ -179,18 +179,18 @@ class Api:
         """Each text's n-best, its sentences decoded in the batcher and put back in its layout
         (mt.text), a request's worth of sentences at a time: the /translate requests that
         come meanwhile are decoded between them, and whether it is short (the coverage
-        guard). Texts given `prefixes` or `terms` (which are a whole text's) are translated
-        whole."""
+        guard's verdict, decoded with them). Texts given `prefixes` or `terms` (which are a
+        whole text's) are translated whole."""
         steered = prefixes is not None or terms is not None
         layouts = await work(Layouts, texts, not steered)
-        most, found = self.settings.max_texts, []
+        most, found = self.settings.max_texts, Translations([], [])
         if steered:
             found = await model.submit(layouts.sentences, beam, nbest, prefixes, terms)
         else:
             for start in range(0, len(layouts.sentences), most):
                 sentences = layouts.sentences[start : start + most]
                 found += await model.submit(sentences, beam, nbest)
-        return await work(layouts.translations, model.translator, found)
+        return await work(layouts.translations, found)
 
     @endpoint
     async def translate(self, request: Any) -> Any:

@@ -25,6 +25,7 @@ from ..messages import say
 if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays quick
     import asyncio
 
+    from ..decoding.coverage import Translations
     from ..decoding.engine import Translator
 
 STOP_SECONDS = 8  # grace for the requests in flight at SIGTERM: the process is gone within 10 s
@@ -241,7 +242,7 @@ class Model:
             abandoned.reset(gone)
         start = 0
         for job in jobs:
-            result = found[start : start + len(job.texts)]
+            result = found.part(start, start + len(job.texts))
             start += len(job.texts)
             job.loop.call_soon_threadsafe(_settle, job.future, result, None)
 
@@ -252,10 +253,11 @@ class Model:
         nbest: int,
         prefixes: list[str] | None = None,
         terms: list[list[str]] | None = None,
-    ) -> list:
+    ) -> Translations:
         """The n-best (text, score) pairs of each text, decoded in some batch (once ready),
-        each starting with its `prefixes` text and containing its `terms` if given. Cancelled
-        (its client left), the texts leave the queue: the decoder skips them."""
+        and whether it is short (the coverage guard's verdict), each starting with its
+        `prefixes` text and containing its `terms` if given. Cancelled (its client left),
+        the texts leave the queue: the decoder skips them."""
         import asyncio
 
         loop = asyncio.get_running_loop()

@@ -10,16 +10,17 @@ n-best of a text of several sentences: the k-th translation joins each sentence'
 best. `alternatives` on the server are these, after the best.
 
 A text is `short` where a sentence of it came out much shorter than its source predicts even
-after the coverage guard translated it again in smaller pieces (mt.decoding.coverage): `mt
+after the coverage guard translated it again in smaller pieces (mt.decoding.coverage): the
+Translator's verdict on each sentence, taken as it comes, never measured again. `mt
 translate` says so on stderr, /translate in its answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..decoding.coverage import Translations
 from .sentences import Layout, split_sentences
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ T = TypeVar("T")
 
 class Layouts:
     """Many texts laid out at once: `sentences` is all their sentences, flat, to decode in
-    one call; `joined` puts each text's translations back in its layout."""
+    one call; `translations` puts each text's translations back in its layout."""
 
     def __init__(self, texts: Sequence[str], split: bool = True) -> None:
         self.layouts = [Layout.of(text, split) for text in texts]
@@ -57,30 +58,11 @@ class Layouts:
         """Each text's n-best from the n-best of every sentence (`found`, as `sentences`)."""
         return [layout.joined(hyps) for layout, hyps in self._per_text(found)]
 
-    def short(
-        self, translator: Translator, found: Sequence[list[tuple[str, float]]], decode=None
-    ) -> list[bool]:
-        """Whether each text has a sentence whose translation (the best of `found`, as
-        `sentences`) is much shorter than it predicts, after the guard's second try
-        (mt.decoding.coverage)."""
-        best = [hyps[0][0] for hyps in found]
-        flags = translator.short(self.sentences, best, decode)
-        return [any(text_flags) for _, text_flags in self._per_text(flags)]
-
-    def translations(
-        self, translator: Translator, found: Sequence[list[tuple[str, float]]], decode=None
-    ) -> Translations:
-        """Each text's n-best (`joined`) and whether it is `short`."""
-        return Translations(self.joined(found), self.short(translator, found, decode))
-
-
-@dataclass
-class Translations:
-    """Each text's n-best, best first, and whether it is `short`: a sentence of it came out
-    much shorter than its source predicts, even translated again in smaller pieces."""
-
-    nbest: list[list[tuple[str, float]]]
-    short: list[bool]
+    def translations(self, found: Translations) -> Translations:
+        """Each text's n-best (`joined`) and whether it is short: a sentence of it is (the
+        verdict of the guard that `found`, the translations of `sentences`, carry)."""
+        short = [any(flags) for _, flags in self._per_text(found.short)]
+        return Translations(self.joined(found.nbest), short)
 
 
 def translate_texts_nbest(
@@ -100,7 +82,7 @@ def translate_texts_nbest(
     steered = prefixes is not None or terms is not None
     layouts = Layouts(texts, split and not steered)
     found = translator.translate_nbest(layouts.sentences, decode, progress, prefixes, terms)
-    return layouts.translations(translator, found, decode)
+    return layouts.translations(found)
 
 
 def translate_texts(

@@ -84,7 +84,7 @@ def wait_ready(address: str) -> None:
 def expected(service: Service, texts: list[str], beam: int, nbest: int) -> list:
     """What mt translate's own function gives for `texts` decoded alone."""
     decode = dataclasses.replace(service.first.translator.config.decode, beam=beam, nbest=nbest)
-    return [service.first.translator.translate_nbest([t], decode)[0] for t in texts]
+    return [service.first.translator.translate_nbest([t], decode).nbest[0] for t in texts]
 
 
 def multipart(name: str, data: bytes, **fields: str) -> tuple[bytes, str]:

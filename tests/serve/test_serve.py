@@ -93,7 +93,8 @@ def test_a_sentence_longer_than_the_positions_is_served_whole(model, capfd):
     assert status == 200
     greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
     pieces = source_pieces(translator.src_tokenizer, [text], limit)
-    found = translator.translate_nbest(tok.detokenize(translator.src_tokenizer, pieces.ids), greedy)
+    sources = tok.detokenize(translator.src_tokenizer, pieces.ids)
+    found = translator.translate_nbest(sources, greedy).nbest
     assert len(found) >= 3
     assert answer["translatedText"] == " ".join(h[0][0] for h in found)
     assert "warning" not in capfd.readouterr().err

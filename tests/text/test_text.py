@@ -10,7 +10,14 @@ from itertools import chain
 import pytest
 
 from mt.decoding.pieces import fitted_pairs, join_nbest, not_exact, split_at_breaks
-from mt.text import Layout, Layouts, split_sentences, translate_texts, translate_texts_nbest
+from mt.text import (
+    Layout,
+    Layouts,
+    Translations,
+    split_sentences,
+    translate_texts,
+    translate_texts_nbest,
+)
 
 TEXTS = [
     "Hello.",
@@ -27,8 +34,9 @@ TEXTS = [
 
 
 class FakeTranslator:
-    """A Translator that wraps each sentence in brackets (n-best: <s>, [s], {s}) and records
-    every call it gets."""
+    """A Translator that wraps each sentence in brackets (n-best: <s>, [s], {s}), says a
+    sentence holding "short" is short (it has no guard to measure with) and records every
+    call it gets."""
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
@@ -37,10 +45,8 @@ class FakeTranslator:
         self.calls.append(list(texts))
         nbest = decode.nbest if decode else 1
         forms = [("<{}>", -1.0), ("[{}]", -2.0), ("{{{}}}", -3.0)][:nbest]
-        return [[(form.format(t), score - len(t)) for form, score in forms] for t in texts]
-
-    def short(self, sources, translations, decode=None):
-        return [len(t) < len(s) for s, t in zip(sources, translations)]
+        found = [[(form.format(t), score - len(t)) for form, score in forms] for t in texts]
+        return Translations(found, ["short" in t for t in texts])
 
 
 class Decode:
@@ -101,7 +107,8 @@ class BreakingTranslator(FakeTranslator):
 
     def translate_nbest(self, texts, decode=None, progress=False, prefixes=None, constraints=None):
         found = super().translate_nbest(texts, decode, progress)
-        return [[(f"{t}\nx\r\ny\u2028z", score) for t, score in hyps] for hyps in found]
+        broken = [[(f"{t}\nx\r\ny\u2028z", score) for t, score in hyps] for hyps in found.nbest]
+        return Translations(broken, found.short)
 
 
 def test_a_sentence_on_one_line_is_translated_on_one_line():
@@ -134,6 +141,18 @@ def test_layouts_of_many_texts_split_their_sentences_back():
     assert layouts.sentences == ["One.", "Two.", "Three."]
     found = [[(s.upper(), 0.0)] for s in layouts.sentences]
     assert [x[0][0] for x in layouts.joined(found)] == ["ONE. TWO.", "", "THREE."]
+
+
+def test_a_text_is_short_where_the_translator_says_a_sentence_of_it_is():
+    texts = ["Fine. A short one.", "Fine. Fine too.", "", "short", "Short? Shorter."]
+    found = translate_texts_nbest(FakeTranslator(), texts)
+    assert found.short == [True, False, False, True, False]
+    assert translate_texts_nbest(FakeTranslator(), texts, split=False).short == found.short
+    layouts = Layouts(texts)  # the sentences' verdicts, as given: none measured again
+    assert len(layouts.sentences) == 7
+    flags = [False, True, False, False, False, False, True]
+    found = layouts.translations(Translations([[("x", 0.0)]] * 7, flags))
+    assert found.short == [True, False, False, False, True]
 
 
 def test_a_long_input_is_cut_at_its_best_breaks_into_pieces_that_fit():
