@@ -61,6 +61,10 @@ class DataConfig:
     # drop training pairs whose target copies the source, or with a side identified as the
     # other language (src_lang <-> tgt_lang) with high confidence (mt.data.language)
     filter_language: bool = False
+    # one model for both directions: every training pair also read the other way, and each
+    # source led by the token of the language it is translated into, >>es<< or >>en<<
+    # (mt.data.directions); the model then translates into decode.target_language
+    both_directions: bool = False
 
 
 def longest_sequence(data: DataConfig) -> int:

@@ -135,6 +135,11 @@ def _check_data(config: Config, fail: Fail, check_files: bool) -> None:
         fail("data.max_ratio", f"must be at least 1, got {data.max_ratio}")
     if data.src_lang == data.tgt_lang:
         fail("data.tgt_lang", f"is the same language as data.src_lang ({data.src_lang})")
+    train = data.files.train or []
+    if data.both_directions and not config.tokenizer.joint:
+        fail("data.both_directions", "needs tokenizer.joint: true (sources in both languages)")
+    if data.both_directions and any(isinstance(e, dict) and e.get("tag") for e in train):
+        fail("data.both_directions", "a tagged corpus (data.files.train's tag) reads one way")
     _check_corpora(config, check_files, fail)
 
 

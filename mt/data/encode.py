@@ -11,10 +11,13 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+from ..config import DataConfig
+from ..errors import MtError
 from ..run_folder import held_out_text
 from . import language
 from . import tokenizer as tok
-from .corpus import Chunk, Pair, normalize
+from .corpus import Chunk, Pair, normalize, read_jsonl
+from .directions import lead_token
 from .scan import HELD_OUT, SAMPLED, TEST, TRAIN, VALID
 from .store import Sentences, SplitWriter, token_dtype
 from .workers import worker_encoders
@@ -27,9 +30,12 @@ def encode_chunk(
     max_ratio: float,
     languages: tuple[str, str] | None,
     corpus: int,
+    leads: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """A chunk's training pairs filtered by language (given `languages`), encoded (flat ids
-    and lengths a side), filtered by length and ratio; its held-out pairs as text."""
+    and lengths a side), filtered by length and ratio, and with `leads` (the ids of the
+    tokens into the target and into the source) read both ways (`both_ways`); its held-out
+    pairs as text."""
     picked = {code: np.flatnonzero(codes == code).tolist() for code in (VALID, TEST)}
     train = np.flatnonzero((codes == TRAIN) | (codes == SAMPLED)).tolist()
     texts = [[normalize(side[i]) for i in train] for side in chunk]
@@ -41,13 +47,35 @@ def encode_chunk(
         kept = (verdict == language.KEPT).tolist()
         texts = [[text for text, keep in zip(side, kept) if keep] for side in texts]
     sides = [encoder.encode(side) for encoder, side in zip(worker_encoders(), texts)]
-    keep = np.flatnonzero(length_filter(sides[0][1], sides[1][1], max_length, max_ratio, drops))
-    out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops, "train": {}}
-    for name, (flat, lengths) in zip(("src", "tgt"), sides):
-        out["train"][name] = Sentences(flat, np.concatenate(([0], np.cumsum(lengths)))).take(keep)
+    extra = int(leads is not None)  # either side is a source after its lead: it must fit so
+    lengths = [side[1] + extra for side in sides]
+    keep = np.flatnonzero(length_filter(*lengths, max_length, max_ratio, drops))
+    out: dict[str, Any] = {"corpus": corpus, "pairs": len(codes), **drops}
+    src, tgt = (
+        Sentences(flat, np.concatenate(([0], np.cumsum(n)))).take(keep) for flat, n in sides
+    )
+    out["train"] = dict(zip(("src", "tgt"), both_ways(src, tgt, leads) if leads else (src, tgt)))
     for name, code in HELD_OUT.items():
         out[name] = [(normalize(chunk[0][i]), normalize(chunk[1][i])) for i in picked[code]]
     return out
+
+
+def both_ways(
+    src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray], leads: tuple[int, int]
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Pairs (flat ids and lengths a side) read both ways: each source led by `leads[0]`
+    with its target, then each target led by `leads[1]` with its source."""
+    sources = [led(*src, leads[0]), led(*tgt, leads[1])]
+    return tuple(  # type: ignore[return-value]
+        (np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
+        for a, b in ((sources[0], sources[1]), (tgt, src))
+    )
+
+
+def led(ids: np.ndarray, lengths: np.ndarray, lead: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sentences (flat ids and lengths) with `lead` before each."""
+    starts = np.cumsum(lengths) - lengths
+    return np.insert(ids, starts, lead), lengths + 1
 
 
 def store_dtype(tokenizers: tuple[Tokenizer, Tokenizer]) -> np.dtype:
@@ -67,17 +95,38 @@ def length_filter(
 
 
 def write_held_out(
-    folder: Path, name: str, pairs: list[Pair], tokenizers: tuple[Tokenizer, Tokenizer]
+    folder: Path,
+    name: str,
+    pairs: list[Pair],
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    data: DataConfig,
 ) -> dict[str, Any]:
-    """A held-out split (small): its ids into the store, its text beside."""
+    """A held-out split (small): its ids into the store, its text beside. For a model of
+    both directions (mt.data.directions) the pairs both ways, each source led by the token
+    of the language it goes to, which each line's "to" says."""
+    rows = [(src, tgt, "") for src, tgt in pairs]
+    if data.both_directions:
+        rows = [(s, t, data.tgt_lang) for s, t in pairs] + [(t, s, data.src_lang) for s, t in pairs]
+    lead = {to: [tokenizers[0].token_to_id(lead_token(to))] if to else [] for _, _, to in rows}
+    sources = tok.encode(tokenizers[0], [src for src, _, _ in rows])
+    src = [lead[to] + ids for ids, (_, _, to) in zip(sources, rows)]
+    tgt = tok.encode(tokenizers[1], [tgt for _, tgt, _ in rows])
     writer = SplitWriter(folder, name, store_dtype(tokenizers))
-    sides = {}
-    for side, tokenizer, texts in zip(
-        ("src", "tgt"), tokenizers, zip(*pairs) if pairs else ([], [])
-    ):
-        sides[side] = tok.flat_ids(tok.encode(tokenizer, texts))
-    writer.append(sides)
+    writer.append({"src": tok.flat_ids(src), "tgt": tok.flat_ids(tgt)})
     with open(held_out_text(folder, name), "w", encoding="utf-8") as f:
-        for src, tgt in pairs:
-            f.write(json.dumps({"src": src, "tgt": tgt}, ensure_ascii=False) + "\n")
+        for src_text, tgt_text, to in rows:
+            line = {"src": src_text, "tgt": tgt_text, **({"to": to} if to else {})}
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
     return writer.close()
+
+
+def read_held_out(path: Path) -> tuple[list[Pair], list[str]]:
+    """A held-out split's text as `write_held_out` wrote it: its pairs, and the language each
+    goes to ("" for a model of one direction)."""
+    pairs, targets = [], []
+    for number, row in enumerate(read_jsonl(path), start=1):
+        if not (isinstance(row, dict) and isinstance(row.get("src"), str) and "tgt" in row):
+            raise MtError(f"{path}:{number}: expected an object with 'src' and 'tgt'")
+        pairs.append((row["src"], str(row["tgt"])))
+        targets.append(str(row.get("to", "")))
+    return pairs, targets

@@ -54,9 +54,9 @@ from .corpus import (
     corpus_tags,
     entry_files,
     normalize,
-    read_pairs_jsonl,
 )
-from .encode import encode_chunk, store_dtype, write_held_out
+from .directions import lead_tokens
+from .encode import encode_chunk, read_held_out, store_dtype, write_held_out
 from .old_corpus import Base, old_corpus
 from .scan import (
     DUPLICATE,
@@ -75,6 +75,7 @@ from .store import Split, SplitWriter, open_split
 from .workers import Meter, workers
 
 CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
+NEW_KEYS_OFF = (("filter_language", False), ("both_directions", False))
 
 
 @dataclass
@@ -93,11 +94,11 @@ def fingerprint(config: Config) -> str:
     inputs: dict[str, Any] = {
         "version": CACHE_VERSION,
         "seed": config.run.seed,
-        # filter_language off hashes as it did before the key existed
+        # keys added later hash, when off, as they did before they existed
         "data": {
             k: v
             for k, v in dataclasses.asdict(data).items()
-            if k != "workers" and (k, v) != ("filter_language", False)
+            if k != "workers" and (k, v) not in NEW_KEYS_OFF
         },
         # dropout does not shape the cache; bpe hashes as it did before tokenizer.model existed
         "tokenizer": {
@@ -232,11 +233,16 @@ def _build(
     for tag in corpus_tags(data):
         if tokenizers[0].token_to_id(tag) is None:  # train.init's tokenizer, made without it
             raise ConfigError(f"data.files.train: tag {tag}: not a token of train.init's tokenizer")
+    for lead in lead_tokens(data):
+        if tokenizers[0].token_to_id(lead) is None:
+            raise ConfigError(
+                f"data.both_directions: {lead} is not a token of train.init's tokenizer"
+            )
     layout, sizes, cut_pairs = _encode(train, codes, raw, tokenizers, data, folder, drops)
     _check_unchanged(watched)
     held = {**cut_pairs, **held}
     store = {"train": layout}
-    store.update({n: write_held_out(folder, n, held[n], tokenizers) for n in HELD_OUT})
+    store.update({n: write_held_out(folder, n, held[n], tokenizers, data) for n in HELD_OUT})
     stats = _stats(fp, store, drops, held, tokenizers)
     return {"fingerprint": fp, "stats": stats, "store": store, "corpora": sizes}, tokenizers
 
@@ -275,7 +281,8 @@ def _train_tokenizers(
             tgt.append(normalize(raw_tgt[i]))
         meter.update(len(part))
     meter.close()
-    return tok.train_tokenizers(src, tgt, config.tokenizer, corpus_tags(config.data))
+    reserved = corpus_tags(config.data) + lead_tokens(config.data)
+    return tok.train_tokenizers(src, tgt, config.tokenizer, reserved)
 
 
 def _encode(
@@ -298,8 +305,9 @@ def _encode(
     counted = (("language", "copy") if languages else ()) + ("too_long", "ratio")
     drops.update(dict.fromkeys(counted, 0))
     limits = data.max_length, data.max_ratio, languages
+    leads = tuple(tokenizers[0].token_to_id(lead) for lead in lead_tokens(data)) or None
     with workers(data.workers, tokenizers) as run:
-        work = ((chunk, part, *limits, i) for i, chunk, part in _coded(train, codes, raw))
+        work = ((chunk, part, *limits, i, leads) for i, chunk, part in _coded(train, codes, raw))
         for out in run(encode_chunk, work):
             writer.append(out["train"])
             sizes[out["corpus"]][0] += len(out["train"]["src"][1])
@@ -349,7 +357,7 @@ def _load_cache(cache: Path, fp: str, tok_files: tuple[Path, Path]) -> Prepared 
             return None
         splits = {name: open_split(cache, name, meta["store"][name]) for name in SPLITS}
         for name in HELD_OUT:
-            pairs = read_pairs_jsonl(held_out_text(cache, name), "src", "tgt")
+            pairs, splits[name].targets = read_held_out(held_out_text(cache, name))
             splits[name].src_text = [src for src, _ in pairs]
             splits[name].tgt_text = [tgt for _, tgt in pairs]
             if len(pairs) != len(splits[name]):

@@ -131,6 +131,9 @@ class Split:
     tgt: Sentences
     src_text: list[str] = field(default_factory=list)
     tgt_text: list[str] = field(default_factory=list)
+    # valid/test: the language each pair goes to, for a model of both directions
+    # (mt.data.directions); "" for a model of one
+    targets: list[str] = field(default_factory=list)
     # train: (pairs, weight) of each corpus in store order; weight None: its own size
     corpora: list[tuple[int, float | None]] = field(default_factory=list)
 

@@ -19,6 +19,7 @@ from typing import Any
 from .. import checkpoint as ckpt
 from ..config import Config, DecodeConfig
 from ..config_file import decoding_config
+from ..data.directions import oriented, turned
 from ..errors import ConfigError
 from ..messages import say
 from . import ct2
@@ -120,6 +121,16 @@ class Translator(ABC):
             decode = dataclasses.replace(decode, seed=self.config.run.seed)
         return decode
 
+    def turned(self) -> Translator | None:
+        """A model of both directions: the same weights translating the other way
+        (mt.data.directions), memory shared; None for a model of one direction."""
+        config = turned(self.config)
+        return None if config is None else self._with(config)
+
+    @abstractmethod
+    def _with(self, config: Config) -> Translator:
+        """This translator's model, decoded with `config`."""
+
     def score(self, pairs: Sequence[tuple[str, str]], decode: DecodeConfig | None = None) -> list:
         """The model's log-probability of each pair's target given its source (`score.Scored`),
         where the engine computes it."""
@@ -161,7 +172,10 @@ class TorchTranslator(Translator):
 
     def __init__(self, loaded: ckpt.Loaded, config: Config, device: Any) -> None:
         super().__init__(config, device, loaded.path, (loaded.src_tokenizer, loaded.tgt_tokenizer))
-        self.model, self.metadata = loaded.model, loaded.metadata
+        self.loaded, self.model, self.metadata = loaded, loaded.model, loaded.metadata
+
+    def _with(self, config):
+        return TorchTranslator(self.loaded, config, self.device)
 
     def _translate_nbest(self, texts, decode, progress, prefixes, constraints):
         from .translate import translate_nbest
@@ -195,6 +209,9 @@ class CT2Translator(Translator):
         tokenizers = (exported.src_tokenizer, exported.tgt_tokenizer)
         super().__init__(config, device, exported.path, tokenizers)
         self.exported, self.manifest = exported, exported.manifest
+
+    def _with(self, config):
+        return CT2Translator(self.exported, config, self.device)
 
     def _translate_nbest(self, texts, decode, progress, prefixes, constraints):
         if any(constraints or ()):
@@ -242,7 +259,7 @@ def open_translator(
             + ("a checkpoint, not an exported folder" if exported else "a folder from mt export")
         )
     trained = ct2.read_config(path) if exported else ckpt.read_config(path)  # cheap
-    cfg = decoding_config(trained, config, list(decode), device)
+    cfg = oriented(decoding_config(trained, config, list(decode), device))
     dev = pick_device(cfg.run.device)
     members = [*ensemble, *(cfg.decode.ensemble or [])]
     if exported:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from sacrebleu.metrics import BLEU, CHRF
 
 from ..config import Config
-from ..data.corpus import normalize, read_pairs, read_pairs_jsonl
+from ..data.corpus import normalize, read_pairs
+from ..data.encode import read_held_out
 from ..data.text_input import read_lines
 from ..errors import ConfigError
 from ..run_folder import data_dir, held_out_text
@@ -36,7 +37,8 @@ def evaluation_set(
     run_dir: Path, cfg: Config, split: str, pairs: str | None, src: str | None, ref: str | None
 ) -> tuple[str, list[str], list[str]]:
     """(name, sources, references): pairs in any corpus format, a source and a reference
-    file, or the run's own `split` (test or valid) as `mt prepare` cut it."""
+    file, or the run's own `split` (test or valid) as `mt prepare` cut it; all in the
+    direction of `cfg` (oriented, mt.data.directions)."""
     if split not in ("test", "valid"):
         raise ConfigError(f"--split {split}: must be test or valid")
     if (src is None) != (ref is None):
@@ -63,7 +65,9 @@ def evaluation_set(
                 f"{cached}: the run's {split} split is not there; pass --pairs "
                 "FILE or --src FILE --ref FILE"
             )
-        found = read_pairs_jsonl(cached, "src", "tgt")
+        found, targets = read_held_out(cached)
+        if cfg.data.both_directions:  # the pairs of the direction decoded
+            found = [pair for pair, to in zip(found, targets) if to == cfg.decode.target_language]
         name = f"{split} split of {run_dir}"
     if not found:
         raise ConfigError(f"{name}: no sentences to evaluate")

@@ -109,8 +109,11 @@ class Model:
     batches the jobs sent to it. `open_model()` returns the `engine.Translator` to serve (its
     decode section is the model's default)."""
 
-    def __init__(self, open_model: Callable[[], Translator], service: Service) -> None:
+    def __init__(
+        self, open_model: Callable[[], Translator], service: Service, siblings: bool = True
+    ) -> None:
         self.open_model, self.service, self.settings = open_model, service, service.settings
+        self.siblings = siblings  # a model of both directions serves the other one too
         self.translator: Translator | None = None
         self.info: dict[str, Any] = {}
         self.error: BaseException | None = None
@@ -145,6 +148,8 @@ class Model:
         started = time.perf_counter()
         try:
             translator = self.open_model()
+            if self.siblings and (other := translator.turned()) is not None:
+                self.service.add(lambda: other)  # its other direction: a model of its own
             translator.translate_nbest(["Hello."])  # warm up the first batch
         except BaseException as e:  # an MtError to report, or a bug: the server stops either way
             self.service.failed(self, e)
@@ -296,8 +301,14 @@ class Service:
         from concurrent.futures import ThreadPoolExecutor
 
         self.pool = ThreadPoolExecutor(self.settings.workers, thread_name_prefix="mt-work")
-        for model in self.models:
+        for model in list(self.models):  # a model of both directions adds its other one
             model.start()
+
+    def add(self, open_model: Callable[[], Translator]) -> None:
+        """Serve one more model (the other direction of a model of both), opened now."""
+        model = Model(open_model, self, siblings=False)
+        self.models.append(model)  # before its sibling is ready: the server is not yet
+        model.start()
 
     def stop(self) -> None:
         for model in self.models:

@@ -42,8 +42,16 @@ def validation_record(
     carried = carried_length(train and train.src.offsets, config.data.max_length)
     greedy = carried_pieces(greedy, carried)
     tokenizers = data.src_tokenizer, data.tgt_tokenizer
-    found = translate_nbest(model, *tokenizers, sources, greedy, device=device)
-    hypotheses = [hyps[0][0] for hyps in found]
+    targets = [valid.targets[i] for i in subset] if valid.targets else [""] * len(subset)
+    hypotheses = [""] * len(subset)
+    for target in dict.fromkeys(targets):  # a model of both directions: each apart
+        decode = dataclasses.replace(greedy, target_language=target or greedy.target_language)
+        picked = [k for k, to in enumerate(targets) if to == target]
+        found = translate_nbest(
+            model, *tokenizers, [sources[k] for k in picked], decode, device=device
+        )
+        for k, hyps in zip(picked, found):
+            hypotheses[k] = hyps[0][0]
     record = {
         "loss": loss,
         "nll": nll,

@@ -58,6 +58,9 @@ class Dropping(Translator):
             )
         return out
 
+    def _with(self, config):
+        raise AssertionError("a model of one direction is never turned")
+
     @property
     def run_dir(self) -> Path:
         return Path("fake")
