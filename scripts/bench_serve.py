@@ -30,8 +30,9 @@ from pathlib import Path
 from benchkit import health, serving
 
 
-def load(address: str, sentences: list[str], clients: int, seconds: float, limit: int) -> dict:
-    """`clients` threads sending one sentence a request until `seconds` or `limit` requests."""
+def load(address: str, bodies: list[dict], clients: int, seconds: float, limit: int) -> dict:
+    """`clients` threads sending one of `bodies` (/translate's JSON) a request, in turn, until
+    `seconds` or `limit` requests."""
     sent = itertools.count()  # next() is atomic under the GIL: the request budget
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
@@ -40,10 +41,10 @@ def load(address: str, sentences: list[str], clients: int, seconds: float, limit
     def client(i: int) -> None:
         connection = http.client.HTTPConnection(address, timeout=60)
         start.wait()
-        for k in itertools.count(i * len(sentences) // clients):
+        for k in itertools.count(i * len(bodies) // clients):
             if time.perf_counter() >= deadline or next(sent) >= limit:
                 break
-            body = json.dumps({"q": sentences[k % len(sentences)], "source": "en", "target": "es"})
+            body = json.dumps(bodies[k % len(bodies)])
             began = time.perf_counter()
             try:
                 connection.request("POST", "/translate", body, {"Content-Type": "application/json"})
@@ -75,7 +76,7 @@ def load(address: str, sentences: list[str], clients: int, seconds: float, limit
         "errors": len(errors),
         "first_errors": errors[:5],
         "seconds": elapsed,
-        "sentences_per_s": len(times) / elapsed,
+        "bodies_per_s": len(times) / elapsed,
         "p50_ms": 1000 * times[len(times) // 2] if times else None,
         "p99_ms": 1000 * times[min(len(times) - 1, int(len(times) * 0.99))] if times else None,
     }
@@ -161,7 +162,8 @@ def main() -> None:
     ]
     with serving(args.model, *options, log=args.log) as address:
         before = health(address)
-        server = load(address, sentences, args.clients, args.seconds, args.max_requests)
+        english = [{"q": s, "source": "en", "target": "es"} for s in sentences]
+        server = load(address, english, args.clients, args.seconds, args.max_requests)
         after = health(address)
     runs.append(one_batch(args.model, sentences, args.beam, args.threads))
     from mt.device import cpu_description

@@ -142,13 +142,19 @@ def report(result: dict, render: Callable[[dict], list[str]]) -> None:
 
 
 @contextmanager
-def serving(model: str, *options: str, log: Path | None = None) -> Iterator[str]:
-    """`mt serve MODEL` on a free port of 127.0.0.1, once ready: its address. On leaving, it is
-    stopped with SIGTERM; the exit status and the seconds it took go to `serving.stopped`, the
-    process is `serving.process`."""
+def serving(
+    model: str | list[str], *options: str, log: Path | None = None, wrap: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """`mt serve MODEL...` on a free port of 127.0.0.1, once ready: its address. On leaving, it
+    is stopped with SIGTERM; the exit status and the seconds it took go to `serving.stopped`,
+    the process is `serving.process`. `wrap`: a command it runs under (/usr/bin/time -v, whose
+    report then ends the log)."""
+    models = [model] if isinstance(model, str) else model
     with open(log or os.devnull, "w") as err:
         process = subprocess.Popen(
-            [MT, "serve", model, "--port", "0", *options], stderr=subprocess.PIPE, text=True
+            [*wrap, MT, "serve", *models, "--port", "0", *options],
+            stderr=subprocess.PIPE,
+            text=True,
         )
         serving.process = process
         line = process.stderr.readline()
