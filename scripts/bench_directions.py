@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from bench_serve import load
-from benchkit import FLORES, TATOEBA, bleu, machine, report, serving
+from benchkit import FLORES, TATOEBA, bleu, machine, report, server_pid, serving
 
 SETUPS = ("two models", "one model")
 DIRECTIONS = (("en", "es"), ("es", "en"))
@@ -66,17 +66,15 @@ def serving_round(models: list[str], bodies: list[dict], args: argparse.Namespac
     log = args.log_dir / f"serve-{len(models)}.log"
     options = ("--device", "cpu", "--set", "decode.beam=5")
     with serving(models, *options, log=log, wrap=("/usr/bin/time", "-v")) as address:
-        ready = rss_kib(serving.process.pid)
+        ready = rss_kib(server_pid(serving.process.pid))
         found = load(address, bodies, args.clients, args.seconds, 1_000_000)
     peak = re.search(r"Maximum resident set size \(kbytes\): (\d+)", log.read_text())
     return {**found, "ready_mib": ready / 1024, "peak_mib": int(peak.group(1)) / 1024}
 
 
-def rss_kib(time_pid: int) -> int:
-    """VmRSS of the `mt serve` that /usr/bin/time (`time_pid`) runs."""
-    child = Path(f"/proc/{time_pid}/task/{time_pid}/children").read_text().split()[0]
-    status = Path(f"/proc/{child}/status").read_text()
-    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1))
+def rss_kib(pid: int) -> int:
+    """VmRSS of process `pid`."""
+    return int(re.search(r"VmRSS:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1))
 
 
 def serving_rounds(args: argparse.Namespace) -> dict:
@@ -114,7 +112,7 @@ def render(r: dict) -> list[str]:
         lines += [
             f"`mt serve`, beam 5, CPU, {r['clients']} clients sending Tatoeba test sentences "
             f"one a request, en→es and es→en in turn, for {r['seconds']:.0f} s; the two "
-            f"setups in turns, {r['rounds']} rounds (medians; RSS from /proc once ready, peak "
+            f"setups in turns, {r['rounds']} round(s) (medians; RSS from /proc once ready, peak "
             "RSS from `/usr/bin/time -v`).",
             "",
             "| setup | sentences/s | p50 latency | RSS ready | peak RSS |",

@@ -76,7 +76,7 @@ def load(address: str, bodies: list[dict], clients: int, seconds: float, limit: 
         "errors": len(errors),
         "first_errors": errors[:5],
         "seconds": elapsed,
-        "bodies_per_s": len(times) / elapsed,
+        "sentences_per_s": len(times) / elapsed,
         "p50_ms": 1000 * times[len(times) // 2] if times else None,
         "p99_ms": 1000 * times[min(len(times) - 1, int(len(times) * 0.99))] if times else None,
     }

@@ -171,11 +171,17 @@ def serving(
                 time.sleep(0.2)
             yield address
         finally:
-            process.send_signal(signal.SIGTERM)
+            os.kill(server_pid(process.pid) if wrap else process.pid, signal.SIGTERM)
             started = time.perf_counter()
             code = process.wait(30)
             serving.stopped = {"exit": code, "seconds": time.perf_counter() - started}
             copier.join(5)
+
+
+def server_pid(wrapper: int) -> int:
+    """The pid of the `mt serve` that `serving(..., wrap=...)` runs under process `wrapper`
+    (SIGTERM goes to it: /usr/bin/time would die of it and leave the server running)."""
+    return int(Path(f"/proc/{wrapper}/task/{wrapper}/children").read_text().split()[0])
 
 
 def health(address: str) -> dict | None:
