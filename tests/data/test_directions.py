@@ -6,7 +6,6 @@ decode.target_language asks, refused in one line for a language it does not tran
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,7 @@ from helpers.runs import run_mt, tiny_config
 from mt.config_file import load_config
 from mt.data import tokenizer as tok
 from mt.data.directions import oriented, turned
-from mt.data.prepare import fingerprint, prepare
+from mt.data.prepare import prepare
 from mt.decoding.engine import open_translator
 from mt.decoding.evaluate import evaluation_set
 from mt.errors import ConfigError
@@ -57,19 +56,6 @@ def test_prepare_stores_each_pair_both_ways_led_by_the_language_it_goes_to(
         ids = tok.encode(tokenizer, split.src_text[held:][:1])[0]
         assert list(split.src[held]) == [into_en, *ids]
     assert set(one_way.splits["valid"].targets) == {""}  # a one-way run's: its one direction
-
-
-def test_a_one_way_config_hashes_its_data_as_before_the_key_existed(tmp_path, monkeypatch):
-    """Runs prepared before data.both_directions existed reuse their data."""
-    hashed, dumps = [], json.dumps
-    monkeypatch.setattr(
-        json, "dumps", lambda value, **kw: hashed.append(value) or dumps(value, **kw)
-    )
-    corpus = write_jsonl(tmp_path / "corpus.jsonl", PAIRS)
-    fingerprint(tiny_config(corpus, tmp_path / "run"))
-    assert "both_directions" not in hashed[-1]["data"]
-    fingerprint(tiny_config(corpus, tmp_path / "run", "data.both_directions=true"))
-    assert hashed[-1]["data"]["both_directions"] is True
 
 
 @pytest.mark.parametrize(
