@@ -213,7 +213,7 @@ class DecodeConfig:
     batch_tokens: int = resumable(0)
     # a source longer than this many tokens is cut at its clause breaks into pieces of at
     # most it (mt.decoding.pieces), translated apart and joined; 0: the length the model
-    # carries, that 99% of its training sources are within (mt.decoding.trained)
+    # carries, that 98% of its training sources are within (mt.decoding.trained)
     piece_tokens: int = resumable(0)
     # a translation shorter than this fraction of the length its source predicts (the
     # training corpus's target/source ratio, mt.decoding.coverage) is translated again in

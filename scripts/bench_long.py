@@ -7,14 +7,19 @@ run on the same model. Prints one JSON object.
            the sentences one by one (their translations joined alike), today, pieces of
            data.max_length, pieces of the length the model carries (mt.decoding.trained),
            each also with the guard (the default: the latter); on how many sentences the
-           guard fires
+           guard fires. --policies picks among those, and adds pN: pieces of the length N%
+           of the training sources are within (mt.decoding.trained), with the guard
   longest  one line of test sentences joined until it has 409 words (the issue's): words out
            per word in
   flores   FLORES devtest, beam 5: each line whole as today against split (its sentences,
            pieces, guard: the default), time (medians of --repeats runs in turns) and BLEU
   tatoeba  the Tatoeba test today and by default: BLEU, and how often the guard fires
 
+--split valid takes the Tatoeba valid sentences instead of the test's (joined, longest,
+tatoeba), to choose a rule on them and report it on the test.
+
     python scripts/bench_long.py runs/recipe --data ../shared/data [--beam 5] [--repeats 3]
+        [--split valid] [--policies today,guard,p90]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import random
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -30,6 +36,7 @@ from pathlib import Path
 
 from mt.data.corpus import read_pairs_jsonl
 from mt.decoding.evaluate import bleu_chrf
+from mt.decoding.trained import carried_length, train_source_offsets
 from mt.model import max_sentence_tokens
 from mt.text import Layouts
 
@@ -69,13 +76,21 @@ def scored(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, fl
     }
 
 
+def percentile_of(policy: str) -> float | None:
+    """N of a policy pN (None for the others)."""
+    found = re.fullmatch(r"p(\d+(?:\.\d+)?)", policy)
+    return float(found[1]) if found else None
+
+
 class Policies:
     """The translator under each policy: today (pieces only past the model's positions, no
     guard), pieces of data.max_length, pieces of the length the model carries (without the
-    guard), and the default (those, with the guard)."""
+    guard), and the default (those, with the guard); and each pN of `chosen` (the policies
+    the joined and longest steps compare, POLICIES where not given)."""
 
-    def __init__(self, translator, beam: int) -> None:
+    def __init__(self, translator, beam: int, chosen: Sequence[str] = POLICIES) -> None:
         self.translator = translator
+        self.chosen = list(chosen)
         decode = dataclasses.replace(translator.config.decode, beam=beam)
         config = translator.config
         pieces = {
@@ -91,6 +106,18 @@ class Policies:
             decode, piece_tokens=config.data.max_length
         )
         self.decode["guard"] = decode
+        offsets = train_source_offsets(translator.run_dir)
+        for policy in self.chosen:
+            if (percentile := percentile_of(policy)) is not None:
+                tokens = carried_length(offsets, config.data.max_length, percentile)
+                self.decode[policy] = dataclasses.replace(decode, piece_tokens=tokens)
+        unknown = set(self.chosen) - set(self.decode)
+        if unknown:
+            raise SystemExit(f"--policies: unknown {', '.join(sorted(unknown))}")
+
+    def piece_tokens(self) -> dict[str, int]:
+        """The pieces' tokens of each pN policy chosen."""
+        return {p: self.decode[p].piece_tokens for p in self.chosen if percentile_of(p) is not None}
 
     def translate(
         self, policy: str, texts: Sequence[str], split: bool = True
@@ -119,7 +146,7 @@ def bench_joined(policies: Policies, pairs: list, count: int) -> list[dict]:
         singles = [joined(one_by_one[i : i + per_line], "y") for i in range(0, used, per_line)]
         row = {"per_line": per_line, "lines": len(sources)}
         row["one_by_one"] = scored(singles, references)
-        for policy in POLICIES:
+        for policy in policies.chosen:
             found, short = policies.translate(policy, sources)
             row[policy] = scored(found, references)
             row[f"short_{policy}"] = short
@@ -135,7 +162,7 @@ def bench_longest(policies: Policies, pairs: list, seed: int) -> dict:
         count += 1
     source = joined([s for s, _ in shuffled[:count]], "and")
     out = {"sentences": count, "words": len(source.split())}
-    for policy in POLICIES:
+    for policy in policies.chosen:
         (found,), _ = policies.translate(policy, [source])
         out[policy] = round(len(found.split()) / out["words"], 3)
     return out
@@ -179,48 +206,62 @@ def bench_tatoeba(policies: Policies, pairs: list) -> dict:
     }
 
 
-def render(r: dict) -> list[str]:
-    """The result as the lines of docs/benchmarks.md."""
-    names = {
-        "one_by_one": "one by one",
+def policy_names(r: dict) -> dict[str, str]:
+    """The column of each policy the result compares, one by one first."""
+    fixed = {
         "today": "today",
         "max_length": f"pieces of {r['max_length']}",
         "max_length_guard": f"pieces of {r['max_length']} + guard",
         "carried": f"pieces of {r['carried']}",
         "guard": f"pieces of {r['carried']} + guard",
     }
+    pieces = r.get("piece_tokens", {})
+    names = {p: fixed.get(p) or f"pieces of {pieces[p]} ({p}) + guard" for p in r["policies"]}
+    return {"one_by_one": "one by one", **names}
+
+
+def fires_columns(r: dict) -> dict[str, tuple[str, str]]:
+    """The firing the table shows: its header, and the policies without and with the guard."""
+    pairs = {
+        f"fires (still short) at {r['max_length']}": ("max_length", "max_length_guard"),
+        f"fires (still short) at {r['carried']}": ("carried", "guard"),
+    }
+    return {header: pair for header, pair in pairs.items() if set(pair) <= set(r["policies"])}
+
+
+def render(r: dict) -> list[str]:
+    """The result as the lines of docs/benchmarks.md."""
+    r = {"policies": POLICIES, "split": "test", **r}
+    names = policy_names(r)
+    fires = fires_columns(r)
     lines = [
         "## Long sentences: pieces the model carries, and the coverage guard",
         "",
-        f'Tatoeba test sentences joined 1 to 16 a line by commas and a last "and", beam '
+        f'Tatoeba {r["split"]} sentences joined 1 to 16 a line by commas and a last "and", beam '
         f"{r['beam']}, model {r['model']} (length ratio {r['length_ratio']}, data.max_length "
         f"{r['max_length']}, carried length {r['carried']} tokens; scripts/bench_long.py). BLEU "
         'and output/reference words; "fires": sentences on which the guard fires (on the '
         "pieces without it; in brackets, with it: still short after its second try).",
         "",
-        "| per line | lines | " + " | ".join(names.values()) + " | fires (still short) at "
-        f"{r['max_length']} | at {r['carried']} |",
-        "|---:|---:|" + "---:|" * (len(names) + 2),
+        "| per line | lines | " + " | ".join([*names.values(), *fires]) + " |",
+        "|---:|---:|" + "---:|" * (len(names) + len(fires)),
     ]
     for row in r.get("joined", []):
         cells = [f"{row[k]['bleu']:.2f} ({row[k]['length']:.2f})" for k in names]
-        fires = [
-            f"{row['short_' + without]} ({row['short_' + guarded]})"
-            for without, guarded in (("max_length", "max_length_guard"), ("carried", "guard"))
-        ]
-        lines.append(f"| {row['per_line']} | {row['lines']} | {' | '.join(cells + fires)} |")
+        cells += [f"{row['short_' + a]} ({row['short_' + b]})" for a, b in fires.values()]
+        lines.append(f"| {row['per_line']} | {row['lines']} | {' | '.join(cells)} |")
     lines.append("")
     if "longest" in r:
         x = r["longest"]
-        words = ", ".join(f"{names[k]} {x[k]:.2f}" for k in POLICIES)
+        words = ", ".join(f"{names[k]} {x[k]:.2f}" for k in r["policies"])
         lines += [f"One line of {x['sentences']} sentences, {x['words']} words: words out per "
                   f"word in: {words}.", ""]  # fmt: skip
     if "tatoeba" in r:
         t = r["tatoeba"]
         lines += [
-            f"Tatoeba test ({t['lines']} lines): BLEU today {t['bleu_today']:.2f}, by default "
-            f"{t['bleu_default']:.2f}; {t['same']} translations the same; the guard fires on "
-            f"{t['fires']}.",
+            f"Tatoeba {r['split']} ({t['lines']} lines): BLEU today {t['bleu_today']:.2f}, by "
+            f"default {t['bleu_default']:.2f}; {t['same']} translations the same; the guard "
+            f"fires on {t['fires']}.",
             "",
         ]
     if "flores" in r:
@@ -242,16 +283,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
-    parser.add_argument("--pairs", type=int, default=320, help="test pairs joined")
+    parser.add_argument("--pairs", type=int, default=320, help="pairs joined")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default="joined,longest,flores,tatoeba")
+    parser.add_argument("--split", choices=("test", "valid"), default="test")
+    parser.add_argument("--policies", default=",".join(POLICIES))
     args = parser.parse_args()
     translator = open_translator(args.model, device="cpu")
-    policies = Policies(translator, args.beam)
-    test = read_pairs_jsonl(args.data / "tatoeba_en_es.test.jsonl.gz", "en", "es")
-    result = {"model": args.model, "beam": args.beam, "seed": args.seed}
+    policies = Policies(translator, args.beam, args.policies.split(","))
+    test = read_pairs_jsonl(args.data / f"tatoeba_en_es.{args.split}.jsonl.gz", "en", "es")
+    result = {"model": args.model, "beam": args.beam, "seed": args.seed, "split": args.split}
+    result["policies"] = policies.chosen
+    result["piece_tokens"] = policies.piece_tokens()
     result["length_ratio"] = round(translator.trained.ratio, 4)
     result["carried"] = translator.trained.carried
     result["max_length"] = translator.config.data.max_length

@@ -1,4 +1,4 @@
-"""Pieces the model can carry (decode.piece_tokens: through a Translator, the length 99% of
+"""Pieces the model can carry (decode.piece_tokens: through a Translator, the length 98% of
 its training sources are within, mt.decoding.trained) and the coverage guard
 (mt.decoding.coverage): a translation much shorter than its source predicts is translated
 again in smaller pieces, once, and flagged if still short."""
@@ -84,8 +84,9 @@ def test_pieces_are_the_carried_length_within_the_positions():
 
 
 def test_what_the_prepared_corpus_says_and_the_defaults_without_it(tmp_path):
-    lengths = [5] * 990 + [40] * 10  # 99% within 5 tokens
+    lengths = [5] * 980 + [40] * 20  # 98% within 5 tokens
     assert carried_length(np.cumsum([0, *lengths]), 64) == 5
+    assert carried_length(np.cumsum([0, *lengths]), 64, percentile=99) == 40
     assert carried_length(np.cumsum([0, *lengths]), 4) == 4  # data.max_length at most
     assert carried_length(None, 64) == 64
     config = Config()
