@@ -22,6 +22,8 @@ from .scan import HELD_OUT, SAMPLED, TEST, TRAIN, VALID
 from .store import Sentences, SplitWriter, token_dtype
 from .workers import worker_encoders
 
+Flat = tuple[np.ndarray, np.ndarray]  # sentences: their ids one after another, their lengths
+
 
 def encode_chunk(
     chunk: Chunk,
@@ -60,19 +62,21 @@ def encode_chunk(
     return out
 
 
-def both_ways(
-    src: tuple[np.ndarray, np.ndarray], tgt: tuple[np.ndarray, np.ndarray], leads: tuple[int, int]
-) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def both_ways(src: Flat, tgt: Flat, leads: tuple[int, int]) -> tuple[Flat, Flat]:
     """Pairs (flat ids and lengths a side) read both ways: each source led by `leads[0]`
     with its target, then each target led by `leads[1]` with its source."""
-    sources = [led(*src, leads[0]), led(*tgt, leads[1])]
-    return tuple(  # type: ignore[return-value]
-        (np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]))
-        for a, b in ((sources[0], sources[1]), (tgt, src))
+    return (
+        appended(led(*src, leads[0]), led(*tgt, leads[1])),
+        appended(tgt, src),
     )
 
 
-def led(ids: np.ndarray, lengths: np.ndarray, lead: int) -> tuple[np.ndarray, np.ndarray]:
+def appended(first: Flat, second: Flat) -> Flat:
+    """The sentences of `first`, then those of `second`."""
+    return np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]])
+
+
+def led(ids: np.ndarray, lengths: np.ndarray, lead: int) -> Flat:
     """Sentences (flat ids and lengths) with `lead` before each."""
     starts = np.cumsum(lengths) - lengths
     return np.insert(ids, starts, lead), lengths + 1

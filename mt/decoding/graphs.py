@@ -15,6 +15,7 @@ that the caller's batch-halving retry still works.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -113,11 +114,13 @@ def _version(tensor: Tensor) -> int:
 
 class Graphs:
     """The static decoding buffers and CUDA graphs of one model, by shape; one decoding at
-    a time (`mt serve` decodes in one thread). `record` captures a graph (`cuda_graph`; tests
-    give a stand-in that records and replays on the CPU)."""
+    a time, which holds `lock` (`mt serve` decodes the two directions of one model in two
+    threads). `record` captures a graph (`cuda_graph`; tests give a stand-in that records and
+    replays on the CPU)."""
 
     def __init__(self, record: Record = cuda_graph):
         self.record = record
+        self.lock = threading.Lock()
         self.shapes: OrderedDict[tuple, _Shape] = OrderedDict()  # least recently used first
         self.dtype: torch.dtype | None = None  # autocast's, for which `weights` are cast
         self.weights: dict[str, Tensor] = {}  # those of model.decode_step_weights, cast

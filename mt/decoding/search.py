@@ -160,12 +160,16 @@ def search(
     def run(plan: Plan) -> list[list[Hypothesis]]:
         return _search(model, src, strategy, max_len, plan, prefix, cfg or DecodeConfig())
 
-    if not plan.graph:
+    if not plan.buckets:  # nothing of the model's to share: decodings run side by side
         return run(plan)
-    return graphs_for(model).guard(
-        lambda graph: run(replace(plan, graph=graph)),
-        lambda found: [[h.tokens for h in hyps] for hyps in found],  # what must match
-    )
+    graphs = graphs_for(model)
+    with graphs.lock:
+        if not plan.graph:
+            return run(plan)
+        return graphs.guard(
+            lambda graph: run(replace(plan, graph=graph)),
+            lambda found: [[h.tokens for h in hyps] for hyps in found],  # what must match
+        )
 
 
 def _search(

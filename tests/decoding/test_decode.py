@@ -230,6 +230,29 @@ def test_plans_change_the_work_not_the_result(model_and_batch, plan):
             assert [h.logprob for h in x] == pytest.approx([h.logprob for h in y], abs=1e-5)
 
 
+def test_decodings_in_two_threads_take_the_model_s_buffers_in_turn(model_and_batch, monkeypatch):
+    """mt serve decodes the two directions of one model in two threads: through the buffers
+    of the model's Graphs, one decoding at a time, each as alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from mt.decoding.graphs import graphs_for
+
+    model, src = model_and_batch
+    limits = max_output_lengths(src, 1.5, 10)
+    alone = [greedy(model, half, limits[: len(half)], BUCKETS) for half in (src, src[1:])]
+    held, step = [], model.decode_step
+
+    def stepping(*args, **kwargs):
+        held.append(graphs_for(model).lock.locked())
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(model, "decode_step", stepping)
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda x: greedy(model, x, limits[: len(x)], BUCKETS), (src, src[1:])))
+    assert both == alone
+    assert held and all(held)
+
+
 def syncs_per_step(monkeypatch, model, search) -> list[int]:
     """Host syncs between one decoder step and the next, for each step but the last."""
     mode, marks, step = HostSyncs(), [], model.decode_step

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.corpus import HELD_OUT
+from helpers.corpus import HELD_OUT, PAIRS, write_jsonl
 from mt import checkpoint
 from mt.config import Config
 from mt.config_file import load_config
-from mt.training.trainer import Trainer
+from mt.training.trainer import Trainer, train
 
 
 def mt_executable() -> str:
@@ -59,6 +59,14 @@ def tiny_config(corpus: Path, run_dir: Path, *overrides: str) -> Config:
             *overrides,
         ],
     )
+
+
+def tiny_trained(tmp: Path, *overrides: str) -> Path:
+    """A tiny model trained 60 updates on the hand-written corpus, in `tmp`: its last
+    checkpoint (the best is an early one, which says nothing yet)."""
+    corpus = write_jsonl(tmp / "corpus.jsonl", PAIRS)
+    train(tiny_config(corpus, tmp / "run", "train.max_steps=60", "train.lr=0.01", *overrides))
+    return tmp / "run" / "checkpoints" / "last"
 
 
 def weights(run_dir: Path, name: str = "last") -> dict[str, torch.Tensor]:

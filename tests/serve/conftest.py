@@ -8,18 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers.corpus import PAIRS, write_jsonl
-from helpers.runs import tiny_config
-from mt.training.trainer import train
+from helpers.runs import tiny_trained
 
 
 @pytest.fixture(scope="session")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("serve")
-    run = tmp / "run"
-    corpus = write_jsonl(tmp / "corpus.jsonl", PAIRS)
-    train(tiny_config(corpus, run, "train.max_steps=60", "train.lr=0.01"))
-    return run / "checkpoints" / "last"  # the best is an early one, which says nothing yet
+    return tiny_trained(tmp_path_factory.mktemp("serve"))
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.corpus import PAIRS, write_jsonl
-from helpers.runs import tiny_config
+from helpers.runs import tiny_trained
 from helpers.serving import (
     ENGLISH,
     SPANISH,
@@ -27,7 +26,6 @@ from helpers.serving import (
     wait_ready,
 )
 from mt.decoding.engine import Translator
-from mt.training.trainer import train
 
 pytest.importorskip("starlette")
 
@@ -35,21 +33,13 @@ pytest.importorskip("starlette")
 @pytest.fixture(scope="module")
 def reverse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Spanish→English model."""
-    tmp = tmp_path_factory.mktemp("reverse")
-    corpus = write_jsonl(tmp / "corpus.jsonl", PAIRS)
-    overrides = ("train.max_steps=60", "train.lr=0.01", "data.src_lang=es", "data.tgt_lang=en")
-    train(tiny_config(corpus, tmp / "run", *overrides))
-    return tmp / "run" / "checkpoints" / "last"
+    return tiny_trained(tmp_path_factory.mktemp("reverse"), "data.src_lang=es", "data.tgt_lang=en")
 
 
 @pytest.fixture(scope="module")
 def both_ways(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny model of both directions (data.both_directions)."""
-    tmp = tmp_path_factory.mktemp("both_ways")
-    corpus = write_jsonl(tmp / "corpus.jsonl", PAIRS)
-    overrides = ("train.max_steps=60", "train.lr=0.01", "data.both_directions=true")
-    train(tiny_config(corpus, tmp / "run", *overrides))
-    return tmp / "run" / "checkpoints" / "last"
+    return tiny_trained(tmp_path_factory.mktemp("both_ways"), "data.both_directions=true")
 
 
 @pytest.fixture(scope="module", params=["two models", "one model of both directions"])
