@@ -3,35 +3,41 @@ today's policy (pieces only where a sentence passes the model's positions, no gu
 run on the same model. Prints one JSON object.
 
   joined   Tatoeba test sentences joined 1, 2, 4, 8 and 16 a line by commas and a last "and"
-           ("y" in the references): BLEU and output/reference length ratio per length, for
-           the sentences one by one (their translations joined alike), today, pieces of
-           data.max_length, pieces of the length the model carries (mt.decoding.trained),
-           each also with the guard (the default: the latter); on how many sentences the
-           guard fires. --policies picks among those, and adds pN: pieces of the length N%
-           of the training sources are within (mt.decoding.trained), with the guard
+           ("y" in the references), each after the first starting with its first word as
+           the training corpus writes it inside a sentence ("the", but "Tom" and "I";
+           --capitals kept: as written, capitalized): BLEU and output/reference length
+           ratio per length, for the sentences one by one (their translations joined
+           alike), today, pieces of data.max_length, pieces of the length the model carries
+           (mt.decoding.trained), each also with the guard (the default: the latter); on how
+           many sentences the guard fires. --policies picks among those, and adds pN: pieces
+           of the length N% of the training sources are within (mt.decoding.trained), with
+           the guard
   longest  one line of test sentences joined until it has 409 words (the issue's): words out
            per word in
   flores   FLORES devtest, beam 5: each line whole as today against split (its sentences,
            pieces, guard: the default), time (medians of --repeats runs in turns) and BLEU
   tatoeba  the Tatoeba test today and by default: BLEU, and how often the guard fires
 
+"today" is as before issue 43: no connectives either (mt.decoding.trained).
 --split valid takes the Tatoeba valid sentences instead of the test's (joined, longest,
 tatoeba), to choose a rule on them and report it on the test.
 
     python scripts/bench_long.py runs/recipe --data ../shared/data [--beam 5] [--repeats 3]
-        [--split valid] [--policies today,guard,p90]
+        [--split valid] [--policies today,guard,p90] [--capitals kept]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import random
 import re
 import statistics
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from mt.data.corpus import read_pairs_jsonl
@@ -46,21 +52,48 @@ FINAL = ".!?"
 POLICIES = ("today", "max_length", "max_length_guard", "carried", "guard")
 
 
-def joined(sentences: Sequence[str], conjunction: str) -> str:
+WORD = re.compile(r"\w+")
+FIRST_WORD = re.compile(r"^(\W*)(\w+)")
+
+
+class Inside:
+    """A sentence as it starts inside another: its first word lowercased where `sentences`
+    (a corpus) write it lowercase at least as often as it is, past their first words."""
+
+    def __init__(self, sentences: Iterable[str]) -> None:
+        self.counts = Counter(w for s in sentences for w in WORD.findall(s)[1:])
+
+    def __call__(self, sentence: str) -> str:
+        found = FIRST_WORD.match(sentence)
+        if not found or (word := found[2]).islower():
+            return sentence
+        if self.counts[word.lower()] < self.counts[word]:
+            return sentence
+        return sentence[: found.start(2)] + word[0].lower() + sentence[found.start(2) + 1 :]
+
+
+def kept(sentence: str) -> str:
+    return sentence
+
+
+def joined(sentences: Sequence[str], conjunction: str, inside: Callable = kept) -> str:
     """One sentence of many: each but the last without its final stop, joined by commas,
-    the last after `conjunction` ("and", "y")."""
-    bare = [s.rstrip(FINAL) for s in sentences[:-1]]
-    if not bare:
-        return sentences[-1]
-    return ", ".join(bare) + f", {conjunction} " + sentences[-1]
+    the last after `conjunction` ("and", "y"); each but the first as `inside` starts it."""
+    bare = [s.rstrip(FINAL) for s in sentences[:-1]] + [sentences[-1]]
+    bare = bare[:1] + [inside(s) for s in bare[1:]]
+    if len(bare) == 1:
+        return bare[0]
+    return ", ".join(bare[:-1]) + f", {conjunction} " + bare[-1]
 
 
-def lines_of(pairs: Sequence[tuple[str, str]], per_line: int) -> tuple[list[str], list[str]]:
-    """The pairs joined `per_line` a line: (sources, references)."""
+def lines_of(
+    pairs: Sequence[tuple[str, str]], per_line: int, inside: Sequence[Callable] = (kept, kept)
+) -> tuple[list[str], list[str]]:
+    """The pairs joined `per_line` a line: (sources, references); `inside`: each side's."""
     groups = [pairs[i : i + per_line] for i in range(0, len(pairs) - per_line + 1, per_line)]
     return (
-        [joined([s for s, _ in g], "and") for g in groups],
-        [joined([t for _, t in g], "y") for g in groups],
+        [joined([s for s, _ in g], "and", inside[0]) for g in groups],
+        [joined([t for _, t in g], "y", inside[1]) for g in groups],
     )
 
 
@@ -90,6 +123,8 @@ class Policies:
 
     def __init__(self, translator, beam: int, chosen: Sequence[str] = POLICIES) -> None:
         self.translator = translator
+        self.before = copy.copy(translator)  # today's: no connectives
+        self.before.trained = dataclasses.replace(translator.trained, connectives={})
         self.chosen = list(chosen)
         decode = dataclasses.replace(translator.config.decode, beam=beam)
         config = translator.config
@@ -127,7 +162,8 @@ class Policies:
         translator says)."""
         layouts = Layouts(texts, split)
         decode = self.decode[policy]
-        found = self.translator.translate_nbest(layouts.sentences, decode)
+        translator = self.before if policy == "today" else self.translator
+        found = translator.translate_nbest(layouts.sentences, decode)
         short = found.short
         if not decode.coverage:  # no guard: where it would fire
             coverage, best = self.translator.coverage, [hyps[0][0] for hyps in found.nbest]
@@ -136,14 +172,17 @@ class Policies:
         return [hyps[0][0] for hyps in layouts.joined(found.nbest)], sum(short)
 
 
-def bench_joined(policies: Policies, pairs: list, count: int) -> list[dict]:
-    """The joined-sentences table over `count` test pairs."""
+def bench_joined(policies: Policies, pairs: list, inside: Sequence[Callable]) -> list[dict]:
+    """The joined-sentences table over `pairs`, each side's sentences joined as `inside`
+    starts them."""
     one_by_one, _ = policies.translate("guard", [s for s, _ in pairs])
     rows = []
     for per_line in PER_LINE:
-        sources, references = lines_of(pairs, per_line)
+        sources, references = lines_of(pairs, per_line, inside)
         used = len(sources) * per_line
-        singles = [joined(one_by_one[i : i + per_line], "y") for i in range(0, used, per_line)]
+        singles = [
+            joined(one_by_one[i : i + per_line], "y", inside[1]) for i in range(0, used, per_line)
+        ]
         row = {"per_line": per_line, "lines": len(sources)}
         row["one_by_one"] = scored(singles, references)
         for policy in policies.chosen:
@@ -155,12 +194,12 @@ def bench_joined(policies: Policies, pairs: list, count: int) -> list[dict]:
     return rows
 
 
-def bench_longest(policies: Policies, pairs: list, seed: int) -> dict:
+def bench_longest(policies: Policies, pairs: list, seed: int, inside: Callable) -> dict:
     shuffled = random.Random(seed).sample(pairs, len(pairs))
     count = 1
-    while len(joined([s for s, _ in shuffled[:count]], "and").split()) < LONGEST:
+    while len(joined([s for s, _ in shuffled[:count]], "and", inside).split()) < LONGEST:
         count += 1
-    source = joined([s for s, _ in shuffled[:count]], "and")
+    source = joined([s for s, _ in shuffled[:count]], "and", inside)
     out = {"sentences": count, "words": len(source.split())}
     for policy in policies.chosen:
         (found,), _ = policies.translate(policy, [source])
@@ -290,6 +329,7 @@ def main() -> None:
     parser.add_argument("--only", default="joined,longest,flores,tatoeba")
     parser.add_argument("--split", choices=("test", "valid"), default="test")
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--capitals", choices=("inside", "kept"), default="inside")
     args = parser.parse_args()
     translator = open_translator(args.model, device="cpu")
     policies = Policies(translator, args.beam, args.policies.split(","))
@@ -300,12 +340,18 @@ def main() -> None:
     result["length_ratio"] = round(translator.trained.ratio, 4)
     result["carried"] = translator.trained.carried
     result["max_length"] = translator.config.data.max_length
+    result["capitals"] = args.capitals
+    result["connectives"] = translator.trained.connectives
+    inside: Sequence[Callable] = (kept, kept)
+    if args.capitals == "inside":
+        train = read_pairs_jsonl(args.data / "tatoeba_en_es.train.jsonl.gz", "en", "es")
+        inside = tuple(Inside(side) for side in zip(*train))
     steps = args.only.split(",")
     if "joined" in steps:
         chosen = random.Random(args.seed).sample(test, args.pairs)
-        result["joined"] = bench_joined(policies, chosen, args.pairs)
+        result["joined"] = bench_joined(policies, chosen, inside)
     if "longest" in steps:
-        result["longest"] = bench_longest(policies, test, args.seed)
+        result["longest"] = bench_longest(policies, test, args.seed, inside[0])
         print(json.dumps(result["longest"]), flush=True)
     if "tatoeba" in steps:
         result["tatoeba"] = bench_tatoeba(policies, test)

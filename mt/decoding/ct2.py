@@ -23,7 +23,7 @@ seeding, and the same `decode.seed` gives the same samples, as the torch engine'
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,6 +142,7 @@ def translate_nbest(
     texts: Sequence[str],
     cfg: DecodeConfig,
     prefixes: Sequence[str] | None = None,
+    connectives: Mapping[str, str] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """As `mt.decoding.translate.translate_nbest`: up to `cfg.nbest` (text, score) pairs per text,
     best first; the score is the length-normalised log-probability (NaN for greedy search).
@@ -154,7 +155,7 @@ def translate_nbest(
     from .translate import output_limits, piece_prefixes, translation_batch_tokens
 
     limit = piece_limit(exported.config.model, cfg)
-    pieces = source_pieces(exported.src_tokenizer, texts, limit, cfg.target_language)
+    pieces = source_pieces(exported.src_tokenizer, texts, limit, cfg.target_language, connectives)
     ids = pieces.ids
     limits = output_limits(exported.config.model, ids, cfg)
     forced = piece_prefixes(exported.tgt_tokenizer, pieces, prefixes, limits)

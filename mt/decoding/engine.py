@@ -100,8 +100,9 @@ class Translator(ABC):
 
     @cached_property
     def trained(self) -> Trained:
-        """The length the model carries and its length ratio (mt.decoding.trained)."""
-        return Trained.of(self.run_dir, self.config)
+        """The length the model carries, its length ratio and its connectives
+        (mt.decoding.trained)."""
+        return Trained.of(self.run_dir, self.config, (self.src_tokenizer, self.tgt_tokenizer))
 
     @cached_property
     def coverage(self) -> Coverage:
@@ -182,7 +183,15 @@ class TorchTranslator(Translator):
 
         tokenizers = (self.src_tokenizer, self.tgt_tokenizer)
         return translate_nbest(
-            self.model, *tokenizers, texts, decode, self.device, progress, prefixes, constraints
+            self.model,
+            *tokenizers,
+            texts,
+            decode,
+            self.device,
+            progress,
+            prefixes,
+            constraints,
+            self.trained.connectives,
         )
 
     def score(self, pairs, decode=None):
@@ -219,7 +228,7 @@ class CT2Translator(Translator):
                 f"{self.path}: CTranslate2 has no terminology constraints; decode the "
                 "checkpoint it was exported from with the torch engine"
             )
-        return ct2.translate_nbest(self.exported, texts, decode, prefixes)
+        return ct2.translate_nbest(self.exported, texts, decode, prefixes, self.trained.connectives)
 
     @property
     def run_dir(self) -> Path:  # the run the export was made from

@@ -11,18 +11,25 @@ data/ (`mt prepare`'s store and statistics, beside the checkpoints):
   (Marian's: its 512 positions).
 - its length ratio: target tokens per source token of train, the coverage guard's measure
   (mt.decoding.coverage); without statistics, DEFAULT_RATIO.
+- its connectives: the source words that lead a clause after a comma yet never a sentence
+  ("and", "but", "or"), each with the target word the pairs that have it share most ("y",
+  "pero", "o"), a piece led by one being no sentence the model has seen (mt.decoding.clauses);
+  without a store, none.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from ..config import Config, DecodeConfig
+from ..data import tokenizer as tok
+from ..data.store import open_split
 from ..run_folder import META, data_dir, store_files
 
 # Chosen on Tatoeba valid sentences joined 2, 4, 8, 16 a line (scripts/bench_long.py --split
@@ -30,14 +37,22 @@ from ..run_folder import META, data_dir, store_files
 # tokens) score 29.6, 25.7, 24.2, 23.8 BLEU, the best of those tried (99th, 19 tokens: 29.5,
 # 25.6, 23.8, 22.9; 95th, 14: 27.5, 24.7, 23.6, 23.3; 50th, 8: 16 to 18; 99.9th, 29: 27.0 down
 # to 16.6), and leave single sentences as they were (41.55 one a line, 41.43 with no pieces;
-# the 95th: 41.04). None comes within 2 of the sentences one by one (45 to 47): pieces cut
-# exactly at the joins score 25 to 28, a piece that ends in a comma or starts with "and"
-# being no sentence this model has seen.
+# the 95th: 41.04); then, pieces cut only where needed and given as cut. Cut after every
+# clause and given as sentences (mt.decoding.clauses) they come within 2 of the sentences one
+# by one (docs/benchmarks.md).
 CARRIED_PERCENTILE = 98
 # Without a measured ratio: one target token per source token. A joint BPE between related
 # languages is near it (English-Spanish Tatoeba: 1.02); a pair far from it (3 words of
 # English for 1 of a compounding language) still stays above the guard's half of it.
 DEFAULT_RATIO = 1.0
+# A connective: a word that follows a comma at least CONNECTIVE_FOLLOWS times in the training
+# sources, begins under CONNECTIVE_STARTS of the sentences it is in, and shares its pairs with
+# one target word at a Dice coefficient of CONNECTIVE_DICE at least (Tatoeba English: and/y
+# 0.89, but/pero 0.86, or/o 0.71, then/entonces 0.52; "right", razón at 0.23, is none).
+CONNECTIVE_FOLLOWS = 20
+CONNECTIVE_STARTS = 0.01
+CONNECTIVE_DICE = 0.5
+CONNECTIVE_PAIRS = 1_000_000  # the first pairs of a larger store are enough to count
 
 
 def carried_length(
@@ -50,6 +65,61 @@ def carried_length(
     if not len(lengths):
         return max_length
     return min(max_length, int(np.percentile(lengths, percentile)))
+
+
+def connectives(
+    src: tuple[np.ndarray, np.ndarray],
+    tgt: tuple[np.ndarray, np.ndarray],
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    lead: int = 0,
+) -> dict[str, str]:
+    """The connectives of a corpus (see CONNECTIVE_FOLLOWS) and their translations: `src` and
+    `tgt` the (ids, offsets) of its sides, the first `lead` tokens of a source a language's."""
+    (src_ids, src_offsets), (tgt_ids, tgt_offsets) = (
+        (ids[: offsets[n]], offsets[: n + 1])
+        for ids, offsets in (src, tgt)
+        for n in [min(len(offsets) - 1, CONNECTIVE_PAIRS)]
+    )
+    src_tok, tgt_tok = tokenizers
+    pairs = len(src_offsets) - 1
+    if not pairs:
+        return {}
+    size = max(src_tok.get_vocab_size(), int(src_ids.max(initial=0)) + 1)
+    texts = tok.detokenize(src_tok, [[i] for i in range(size)])
+    after_comma = np.array([t.rstrip()[-1:] == "," for t in texts])
+    starts = src_offsets[:-1][np.diff(src_offsets) > lead] + lead
+    follows = np.zeros(len(src_ids), bool)
+    follows[1:] = after_comma[src_ids[:-1]]
+    follows[starts] = False
+    counts = np.bincount(src_ids, minlength=size)
+    first = np.bincount(src_ids[starts], minlength=size)
+    src_pair = np.repeat(np.arange(pairs), np.diff(src_offsets))
+    tgt_pair = np.repeat(np.arange(pairs), np.diff(tgt_offsets))
+    tgt_size = max(tgt_tok.get_vocab_size(), int(tgt_ids.max(initial=0)) + 1)
+    in_pairs = pair_counts(tgt_ids, tgt_pair, tgt_size)
+    found = {}
+    for i in np.flatnonzero(np.bincount(src_ids[follows], minlength=size) >= CONNECTIVE_FOLLOWS):
+        word = texts[i].strip()
+        if not word.isalpha() or not word.islower() or not tok.starts_word(src_tok, int(i)):
+            continue
+        capital = tok.encode(src_tok, [word.capitalize()])[0]
+        begun = first[capital[0]] if len(capital) == 1 else 0
+        if begun >= CONNECTIVE_STARTS * (counts[i] + begun):
+            continue
+        has = np.zeros(pairs, bool)
+        has[src_pair[src_ids == i]] = True
+        shared = pair_counts(tgt_ids[has[tgt_pair]], tgt_pair[has[tgt_pair]], tgt_size)
+        dice = 2 * shared / (has.sum() + in_pairs)
+        best = int(dice.argmax())
+        translation = tok.detokenize(tgt_tok, [[best]])[0].strip()
+        if dice[best] >= CONNECTIVE_DICE and translation.isalpha():
+            found[word] = translation
+    return found
+
+
+def pair_counts(ids: np.ndarray, pair: np.ndarray, size: int) -> np.ndarray:
+    """In how many pairs each id of `size` is (`pair`: the pair of each of `ids`)."""
+    return np.bincount(np.unique(pair.astype(np.int64) * size + ids) % size, minlength=size)
 
 
 def train_source_offsets(run_dir: Path) -> np.ndarray | None:
@@ -71,19 +141,27 @@ def length_ratio(stats: dict) -> float:
 
 @dataclass(frozen=True)
 class Trained:
-    """The length a model carries, in source tokens, and its target/source length ratio."""
+    """The length a model carries, in source tokens, its target/source length ratio, and
+    its connectives with their translations."""
 
     carried: int
     ratio: float
+    connectives: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, run_dir: Path, config: Config) -> Trained:
-        """What `run_dir`'s prepared data says of the model of `config`; the defaults where
-        it is not there."""
+    def of(cls, run_dir: Path, config: Config, tokenizers: tuple[Tokenizer, Tokenizer]) -> Trained:
+        """What `run_dir`'s prepared data says of the model of `config` (`tokenizers` its
+        own); the defaults where it is not there."""
         carried = carried_length(train_source_offsets(run_dir), config.data.max_length)
         try:
-            meta = (data_dir(run_dir) / META).read_text(encoding="utf-8")
-            ratio = length_ratio(json.loads(meta)["stats"])
+            meta = json.loads((data_dir(run_dir) / META).read_text(encoding="utf-8"))
+            ratio = length_ratio(meta["stats"])
         except (OSError, ValueError, KeyError, TypeError):
-            ratio = DEFAULT_RATIO
-        return cls(carried, ratio)
+            return cls(carried, DEFAULT_RATIO)
+        try:
+            train = open_split(data_dir(run_dir), "train", meta["store"]["train"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls(carried, ratio)
+        lead = int(config.data.both_directions)  # each source led by its direction's token
+        sides = [(side.ids, side.offsets) for side in (train.src, train.tgt)]
+        return cls(carried, ratio, connectives(*sides, tokenizers, lead))

@@ -8,7 +8,7 @@ input order."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -49,13 +49,16 @@ def translate_nbest(
     progress: bool = False,
     prefixes: Sequence[str] | None = None,
     constraints: Sequence[Sequence[str]] | None = None,
+    connectives: Mapping[str, str] | None = None,
 ) -> list[list[tuple[str, float]]]:
     """Up to `cfg.nbest` (text, score) pairs per text, best first; the score is the
     length-normalised log-probability (NaN for greedy search, which does not compute it).
     `prefixes`: the target text each translation starts with ("": none), one per text;
     `constraints`: the target terms each translation must contain, a list per text (a text
-    cut into pieces has both on its first piece)."""
-    pieces = source_pieces(src_tokenizer, texts, piece_limit(model.cfg, cfg), cfg.target_language)
+    cut into pieces has both on its first piece); `connectives`: the model's, each with its
+    translation (mt.decoding.trained), where pieces may be cut before them."""
+    limit = piece_limit(model.cfg, cfg)
+    pieces = source_pieces(src_tokenizer, texts, limit, cfg.target_language, connectives)
     ids = pieces.ids
     limits = output_limits(model.cfg, ids, cfg)
     forced = piece_prefixes(tgt_tokenizer, pieces, prefixes, limits)

@@ -16,7 +16,7 @@ from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
 from ..decoding.pieces import fitted_pairs
 from ..decoding.scoring import teacher_forced
-from ..decoding.trained import carried_length, carried_pieces
+from ..decoding.trained import carried_length, carried_pieces, connectives
 from ..model import Transformer, max_sentence_tokens
 from .loss import smoothed_loss
 
@@ -42,13 +42,22 @@ def validation_record(
     carried = carried_length(train and train.src.offsets, config.data.max_length)
     greedy = carried_pieces(greedy, carried)
     tokenizers = data.src_tokenizer, data.tgt_tokenizer
+    found_connectives = {}
+    if train:
+        sides = [(side.ids, side.offsets) for side in (train.src, train.tgt)]
+        found_connectives = connectives(*sides, tokenizers, int(config.data.both_directions))
     targets = [valid.targets[i] for i in subset] if valid.targets else [""] * len(subset)
     hypotheses = [""] * len(subset)
     for target in dict.fromkeys(targets):  # a model of both directions: each apart
         decode = dataclasses.replace(greedy, target_language=target or greedy.target_language)
         picked = [k for k, to in enumerate(targets) if to == target]
         found = translate_nbest(
-            model, *tokenizers, [sources[k] for k in picked], decode, device=device
+            model,
+            *tokenizers,
+            [sources[k] for k in picked],
+            decode,
+            device=device,
+            connectives=found_connectives,
         )
         for k, hyps in zip(picked, found):
             hypotheses[k] = hyps[0][0]

@@ -81,10 +81,13 @@ def test_a_sentence_twice_the_carried_length_comes_back_whole_one_policy_for_all
     pieces = source_pieces(loaded.src_tokenizer, [text], limit)
     assert len(pieces.ids) >= 3 and max(map(len, pieces.ids)) <= limit
     decoded = tok.detokenize(loaded.src_tokenizer, pieces.ids)
-    assert "".join(decoded) == text and all(p.endswith(",") for p in decoded[:-1])
+    # cut after every clause, each given as a sentence (mt.decoding.clauses)
+    clauses = [c[0].upper() + c[1:] for c in text.removesuffix(".").split(", ")]
+    assert decoded == [*clauses[:-1], clauses[-1] + "."]
     greedy = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
     found = translate_ids(loaded.model, pieces.ids, greedy)
-    whole = " ".join(tok.detokenize(loaded.tgt_tokenizer, [h[0].tokens for h in found]))
+    translated = tok.detokenize(loaded.tgt_tokenizer, [h[0].tokens for h in found])
+    whole = pieces.joined([[(t, 0.0)] for t in translated])[0][0][0]
 
     # mt translate: whole, no warning
     code, out, err = cli_main("translate", "--checkpoint", str(run_dir), "--beam", "1", text)

@@ -91,13 +91,13 @@ def test_what_the_prepared_corpus_says_and_the_defaults_without_it(tmp_path):
     assert carried_length(None, 64) == 64
     config = Config()
     config.data.max_length = 50
-    assert Trained.of(tmp_path, config) == Trained(50, DEFAULT_RATIO)  # no store there
+    assert Trained.of(tmp_path, config, (words(), words())) == Trained(50, DEFAULT_RATIO)
     data = tmp_path / "data"
     data.mkdir()
     meta = {"stats": {"tokens": {"train": {"src": 1000, "tgt": 1200}}}}
     (data / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     np.cumsum([0, *lengths]).astype(np.int64).tofile(data / "train.src.offsets")
-    assert Trained.of(tmp_path, config) == Trained(5, 1.2)
+    assert Trained.of(tmp_path, config, (words(), words())) == Trained(5, 1.2)  # no store
 
 
 def test_short_is_judged_on_long_sources_only_against_the_ratio():

@@ -51,3 +51,12 @@ def test_the_table_has_a_column_a_policy_chosen_and_the_firing_of_those_run():
     header = next(line for line in every if line.startswith("| per line"))
     fires = "fires (still short) at 64 | fires (still short) at 17"
     assert header.endswith(f"| pieces of 17 + guard | {fires} |")
+
+
+def test_joined_sentences_start_inside_as_the_corpus_writes_their_first_word_there():
+    inside = bench_long.Inside(["Yes, I saw the cat and Tom.", "Then the dog ran, ¿qué?"])
+    sentences = ["Tom left.", "The cat ran!", "I sat?", "¿Qué pasa?"]
+    line = bench_long.joined(sentences, "and", inside)
+    assert line == "Tom left, the cat ran, I sat, and ¿qué pasa?"
+    assert bench_long.joined(sentences, "and") == "Tom left, The cat ran, I sat, and ¿Qué pasa?"
+    assert bench_long.joined(["One."], "and", inside) == "One."

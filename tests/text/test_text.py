@@ -5,11 +5,10 @@ inputs longer than the model's positions (mt.decoding.pieces), without a model."
 from __future__ import annotations
 
 import math
-from itertools import chain
 
 import pytest
 
-from mt.decoding.pieces import fitted_pairs, join_nbest, not_exact, split_at_breaks
+from mt.decoding.pieces import fitted_pairs, join_nbest, not_exact
 from mt.text import (
     Layout,
     Layouts,
@@ -153,25 +152,6 @@ def test_a_text_is_short_where_the_translator_says_a_sentence_of_it_is():
     flags = [False, True, False, False, False, False, True]
     found = layouts.translations(Translations([[("x", 0.0)]] * 7, flags))
     assert found.short == [True, False, False, False, True]
-
-
-def test_a_long_input_is_cut_at_its_best_breaks_into_pieces_that_fit():
-    ids = list(range(20))
-    # a sentence end before 9, a comma before 5 and 14, word starts every other token
-    strength = [0 if i % 2 else 1 for i in range(20)]
-    strength[0], strength[5], strength[9], strength[14] = 0, 2, 4, 2
-    pieces = split_at_breaks(ids, 10, strength)
-    assert [p[0] for p in pieces] == [0, 9, 14] and list(chain(*pieces)) == ids
-    assert split_at_breaks(ids, 20, strength) == [ids]
-    # no punctuation: a window between words, near an even cut
-    words = [0 if i % 2 else 1 for i in range(20)]
-    words[0] = 0
-    pieces = split_at_breaks(ids, 8, words)
-    assert all(len(p) <= 8 for p in pieces) and list(chain(*pieces)) == ids
-    assert all(words[p[0]] for p in pieces[1:])
-    # no break at all: windows all the same
-    pieces = split_at_breaks(ids, 7, [0] * 20)
-    assert all(len(p) <= 7 for p in pieces) and list(chain(*pieces)) == ids
 
 
 def test_pairs_too_long_to_score_are_cut_and_named():
