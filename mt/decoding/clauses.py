@@ -40,6 +40,8 @@ class Dress:
     def restore(self, translation: str) -> str:
         """`translation` as a part of the sentence the piece is of."""
         text = translation.rstrip()
+        if not text:  # nothing to put a mark on or lowercase
+            return self.lead
         if self.mark:
             text = text[:-1] if text[-1:] in FINAL_STOPS else text
             text += self.mark
@@ -47,7 +49,7 @@ class Dress:
             word, at = found.group(2), found.start(2)
             if word not in self.words and not word.isupper():
                 text = text[:at] + word[0].lower() + text[at + 1 :]
-        return f"{self.lead} {text}" if self.lead and text else self.lead or text
+        return f"{self.lead} {text}" if self.lead else text
 
 
 def present(

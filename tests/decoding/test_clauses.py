@@ -92,6 +92,7 @@ def test_a_piece_is_given_as_a_sentence_and_its_translation_put_back():
     # a first piece is never changed at its start; an empty translation stays empty
     assert present("and so on,", True, False, JOINS)[0] == "and so on"
     assert present("and it", False, True, JOINS)[1].restore("") == "y"
+    assert present("it,", False, False, JOINS)[1].restore(" ") == ""
 
 
 def test_a_long_input_is_cut_after_every_clause_one_that_fits_before_connectives():
