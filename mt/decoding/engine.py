@@ -126,7 +126,11 @@ class Translator(ABC):
         """A model of both directions: the same weights translating the other way
         (mt.data.directions), memory shared; None for a model of one direction."""
         config = turned(self.config)
-        return None if config is None else self._with(config)
+        if config is None:
+            return None
+        other = self._with(config)
+        other.trained = self.trained  # the same training data: measured once
+        return other
 
     @abstractmethod
     def _with(self, config: Config) -> Translator:

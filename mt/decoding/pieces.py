@@ -166,7 +166,7 @@ def breaks(
     """How good a break lies before each position of `ids` (0 at the start): the clause
     punctuation that ends the token before it where a word starts there, else whether a
     word starts there; and whether a connective's clause starts there."""
-    tokens = [tok.detokenize(tokenizer, [[i]])[0] for i in ids]
+    tokens = tok.detokenize(tokenizer, [[i] for i in ids])
     words = [after[:1].isspace() or tok.starts_word(tokenizer, i) for after, i in zip(tokens, ids)]
     words.append(True)  # the end, as a word after the last token
     strength = [0] + [

@@ -27,6 +27,7 @@ from ..data.batches import Batches
 from ..data.dropout import dropout_epochs
 from ..data.packing import row_length
 from ..data.prepare import inputs_of, prepare
+from ..decoding.trained import Trained
 from ..errors import Unhealthy
 from ..messages import say
 from ..model import Transformer
@@ -124,6 +125,7 @@ class Trainer:
             self.model, net, self.optimiser, t, self.ranks, plan.dtype, plan.compiled
         )
         self.checks = Checks(config, self.state.vitals, self.unigram)
+        self.trained: Trained | None = None  # what the training split says, for validation
 
     def _prepare_data(self) -> None:
         """Rank 0 builds (or reuses) the data cache first; the others then read it."""
@@ -312,7 +314,12 @@ class Trainer:
     def _validation_bleu(self) -> list[float]:
         """Validate, log and say how it went (rank 0): BLEU, NLL, NLL with shuffled sources."""
         state = self.state
-        record, examples = validation_record(self.model, self.data, self.config, self.device)
+        if self.trained is None:  # measured once
+            tokenizers = self.data.src_tokenizer, self.data.tgt_tokenizer
+            self.trained = Trained.of_split(self.data.splits.get("train"), self.config, tokenizers)
+        record, examples = validation_record(
+            self.model, self.data, self.config, self.device, self.trained
+        )
         where = {"step": state.step, "epoch": state.position.epoch}
         self.progress.log({"kind": "valid", **where, **record, "elapsed_s": state.elapsed})
         bleu = record["bleu"]

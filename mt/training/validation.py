@@ -16,16 +16,21 @@ from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
 from ..decoding.pieces import fitted_pairs
 from ..decoding.scoring import teacher_forced
-from ..decoding.trained import carried_length, carried_pieces, connectives
+from ..decoding.trained import Trained, carried_pieces
 from ..model import Transformer, max_sentence_tokens
 from .loss import smoothed_loss
 
 
 def validation_record(
-    model: Transformer, data: Prepared, config: Config, device: torch.device
+    model: Transformer,
+    data: Prepared,
+    config: Config,
+    device: torch.device,
+    trained: Trained | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The record of a validation (loss, nll, ppl, bleu, sentences) and up to
-    `train.eval_examples` examples (source, reference, hypothesis) to show."""
+    `train.eval_examples` examples (source, reference, hypothesis) to show; `trained`: what
+    the training split says (mt.decoding.trained), measured here unless given."""
     from ..decoding.evaluate import bleu_chrf
     from ..decoding.translate import translate_nbest
 
@@ -38,14 +43,10 @@ def validation_record(
     sources = [valid.src_text[i] for i in subset]
     references = [valid.tgt_text[i] for i in subset]
     greedy = dataclasses.replace(config.decode, beam=1, nbest=1, sampling=False)  # quick
-    train = data.splits.get("train")  # cut in the pieces mt translate cuts
-    carried = carried_length(train and train.src.offsets, config.data.max_length)
-    greedy = carried_pieces(greedy, carried)
     tokenizers = data.src_tokenizer, data.tgt_tokenizer
-    found_connectives = {}
-    if train:
-        sides = [(side.ids, side.offsets) for side in (train.src, train.tgt)]
-        found_connectives = connectives(*sides, tokenizers, int(config.data.both_directions))
+    # cut in the pieces mt translate cuts
+    trained = trained or Trained.of_split(data.splits.get("train"), config, tokenizers)
+    greedy = carried_pieces(greedy, trained.carried)
     targets = [valid.targets[i] for i in subset] if valid.targets else [""] * len(subset)
     hypotheses = [""] * len(subset)
     for target in dict.fromkeys(targets):  # a model of both directions: each apart
@@ -57,7 +58,7 @@ def validation_record(
             [sources[k] for k in picked],
             decode,
             device=device,
-            connectives=found_connectives,
+            connectives=trained.connectives,
         )
         for k, hyps in zip(picked, found):
             hypotheses[k] = hyps[0][0]

@@ -12,7 +12,8 @@ import pytest
 
 from mt.config import Config, TokenizerConfig
 from mt.data import tokenizer as tok
-from mt.data.store import SIDES, SplitWriter
+from mt.data.store import SIDES, Sentences, SplitWriter
+from mt.decoding import trained
 from mt.decoding.clauses import present
 from mt.decoding.pieces import breaks, even_cut, source_pieces, split_at_breaks
 from mt.decoding.trained import Trained, connectives
@@ -49,28 +50,44 @@ def tokenizers():
     return tuple(tok.train_tokenizer([p[side] for p in pairs], cfg) for side in (0, 1))
 
 
-def store(tokenizer, texts: list[str], lead: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    ids = [lead + x for x in tok.encode(tokenizer, texts)]
-    offsets = np.concatenate(([0], np.cumsum([len(x) for x in ids])))
-    return np.array(list(chain(*ids)), np.uint16), offsets
+def store(tokenizer, texts: list[str], lead: list[int] = ()) -> Sentences:
+    return Sentences.of([[*lead, *x] for x in tok.encode(tokenizer, texts)])
 
 
 @pytest.mark.parametrize("lead", [0, 1])
 def test_connectives_lead_clauses_never_sentences_and_have_one_translation(tokenizers, lead):
     pairs = corpus()
     src = store(tokenizers[0], [s for s, _ in pairs], [1] * lead)  # a language's token first
-    tgt = store(tokenizers[1], [t for _, t in pairs], [])
+    tgt = store(tokenizers[1], [t for _, t in pairs])
     # "please" follows a comma as often, but starts as many sentences
     assert connectives(src, tgt, tokenizers, lead) == JOINS
 
 
 def test_a_corpus_with_too_few_clauses_has_no_connectives(tokenizers):
     pairs = corpus()[:3]
-    src = store(tokenizers[0], [s for s, _ in pairs], [])
-    tgt = store(tokenizers[1], [t for _, t in pairs], [])
+    src = store(tokenizers[0], [s for s, _ in pairs])
+    tgt = store(tokenizers[1], [t for _, t in pairs])
     assert connectives(src, tgt, tokenizers) == {}
-    empty = (np.zeros(0, np.uint16), np.zeros(1, np.int64))
-    assert connectives(empty, empty, tokenizers) == {}
+    assert connectives(Sentences.of([]), Sentences.of([]), tokenizers) == {}
+
+
+def test_connectives_are_the_same_in_a_corpus_thirty_times_as_large(tokenizers):
+    # "sings" follows a comma in one pair: too rare a share of the words after commas to
+    # be a connective, however often a larger corpus repeats it
+    pairs = [*corpus(), ("Tom runs, sings.", "Tom corre, canta.")] * 30
+    src = store(tokenizers[0], [s for s, _ in pairs])
+    tgt = store(tokenizers[1], [t for _, t in pairs])
+    assert connectives(src, tgt, tokenizers) == JOINS
+
+
+def test_connectives_are_counted_on_pairs_from_all_over_a_large_store(tokenizers, monkeypatch):
+    # a store of both directions holds one direction's chunk, then the other's: a sample of
+    # its first pairs would see one language only
+    pairs = [("Please, Tom runs.", "Por favor, Tom corre.")] * 1000 + corpus()
+    src = store(tokenizers[0], [s for s, _ in pairs])
+    tgt = store(tokenizers[1], [t for _, t in pairs])
+    monkeypatch.setattr(trained, "CONNECTIVE_PAIRS", 1000)
+    assert connectives(src, tgt, tokenizers) == JOINS
 
 
 def test_a_piece_is_given_as_a_sentence_and_its_translation_put_back():
