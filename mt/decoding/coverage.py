@@ -12,7 +12,7 @@ still short after that is flagged to the caller: a Translator's translate_nbest 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
@@ -27,20 +27,28 @@ LEAST_SOURCE_TOKENS = 48
 
 @dataclass
 class Translations:
-    """Each text's n-best (text, score) pairs, best first, and whether it is `short`: much
+    """Each text's n-best (text, score) pairs, best first; whether it is `short`: much
     shorter than its source predicts even after the guard's second try (a text of several
-    sentences, mt.text: a sentence of it is)."""
+    sentences, mt.text: a sentence of it is); and how many of its spans the model did not
+    carry over exactly, `placed` where their neighbours are (mt.decoding.placeholders; none
+    where not given)."""
 
     nbest: list[list[tuple[str, float]]]
     short: list[bool]
+    placed: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.placed = self.placed or [0] * len(self.nbest)
 
     def part(self, start: int, stop: int) -> Translations:
         """The translations of the texts from `start` to `stop` (not included)."""
-        return Translations(self.nbest[start:stop], self.short[start:stop])
+        return Translations(self.nbest[start:stop], self.short[start:stop], self.placed[start:stop])
 
     def __add__(self, other: Translations) -> Translations:
         """Both's translations, these first."""
-        return Translations(self.nbest + other.nbest, self.short + other.short)
+        return Translations(
+            self.nbest + other.nbest, self.short + other.short, self.placed + other.placed
+        )
 
 
 @dataclass(frozen=True)

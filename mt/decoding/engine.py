@@ -20,12 +20,14 @@ from .. import checkpoint as ckpt
 from ..config import Config, DecodeConfig
 from ..config_file import decoding_config
 from ..data.directions import oriented, turned
+from ..data.spans import placeholder
 from ..errors import ConfigError
 from ..messages import say
 from . import ct2
 from .coverage import Coverage, Translations
 from .ensemble import load_ensemble
 from .pieces import lead_ids
+from .placeholders import protect
 from .trained import Trained, carried_pieces
 
 ENGINES = ("auto", "torch", "ctranslate2")
@@ -57,14 +59,56 @@ class Translator(ABC):
         each must contain, a list per text. A translation the coverage guard finds short is
         translated again in smaller pieces (mt.decoding.coverage), which is said; one still
         short after that is `Translations.short`, the verdict every caller takes: each source
-        and each translation is measured once, here."""
+        and each translation is measured once, here. A model with placeholders has each
+        source's spans carried over (mt.decoding.placeholders): those it loses are decoded
+        again forced where the engine can, else put back by their neighbours
+        (`Translations.placed`), which is said."""
         decode = self.decoding(decode)
+        protected = protect(texts, self.config.tokenizer.placeholders)
+        sources = [p.text for p in protected]
+        found, short = self._guarded(sources, decode, progress, prefixes, constraints)
+        lost = [i for i, p in enumerate(protected) if p.lost(found[i][0][0])]
+        if lost and self.forces(decode):  # decoded again with the lost ones forced
+            given = constraints or [[] for _ in texts]
+            terms = [
+                [*map(placeholder, protected[i].lost(found[i][0][0])), *given[i]] for i in lost
+            ]
+            steer = None if prefixes is None else [prefixes[i] for i in lost]
+            again = self._translate_nbest([sources[i] for i in lost], decode, False, steer, terms)
+            for i, hyps in zip(lost, again):
+                found[i] = hyps
+        nbest, placed = [], []
+        for p, hyps in zip(protected, found):
+            restored = [(*p.restore(text), score) for text, score in hyps]
+            nbest.append([(text, score) for text, _, score in restored])
+            placed.append(restored[0][1])
+        if any(placed):
+            say(
+                f"warning: {sum(placed)} span(s) (numbers, URLs, placeholders) the model did not "
+                f"carry over exactly, in {sum(map(bool, placed))} text(s): put back where "
+                "their neighbours are"
+            )
+        return Translations(nbest, short, placed)
+
+    def forces(self, decode: DecodeConfig) -> bool:
+        """Whether this engine can force target terms (constraints) with `decode`."""
+        return False
+
+    def _guarded(
+        self,
+        texts: Sequence[str],
+        decode: DecodeConfig,
+        progress: bool,
+        prefixes: Sequence[str] | None,
+        constraints: Sequence[Sequence[str]] | None,
+    ) -> tuple[list[list[tuple[str, float]]], list[bool]]:
+        """Each text's n-best and whether it is short, under the coverage guard."""
         found = self._translate_nbest(texts, decode, progress, prefixes, constraints)
         sources = self.coverage.source_lengths(texts)
         short = self.coverage.short(sources, [hyps[0][0] for hyps in found], decode.coverage)
         retry = [i for i, flag in enumerate(short) if flag]
         if not retry:
-            return Translations(found, short)
+            return found, short
         by_piece: dict[int, list[int]] = {}  # half a first piece: every retried text is cut
         for i in retry:
             by_piece.setdefault(max(1, min(sources[i], decode.piece_tokens) // 2), []).append(i)
@@ -85,7 +129,7 @@ class Translator(ABC):
             f"warning: {len(retry)} translation(s) much shorter than their source predicts: "
             f"translated again in smaller pieces; {sum(short)} still short"
         )
-        return Translations(found, short)
+        return found, short
 
     @abstractmethod
     def _translate_nbest(
@@ -197,6 +241,9 @@ class TorchTranslator(Translator):
             constraints,
             self.trained.connectives,
         )
+
+    def forces(self, decode):
+        return not decode.sampling and decode.rules == "mt"  # constrained beam search's
 
     def score(self, pairs, decode=None):
         from .scoring import score_pairs

@@ -25,6 +25,7 @@ from ..config import Config, TrainConfig
 from ..config_checks import check_training_stops
 from ..data.batches import Batches
 from ..data.dropout import dropout_epochs
+from ..data.examples import ExampleMaker, Settings
 from ..data.packing import row_length
 from ..data.prepare import inputs_of, prepare
 from ..decoding.trained import Trained
@@ -138,8 +139,10 @@ class Trainer:
             self.data = prepare(self.config, write=False)
 
     def _batches(self) -> Batches:
+        train, settings = self.data.splits["train"], Settings.of(self.config)
+        tokenizers = self.data.src_tokenizer, self.data.tgt_tokenizer
         return Batches(
-            self.data.splits["train"],
+            train,
             self.config.train.max_tokens,
             self.config.run.seed,
             self.state.position,
@@ -149,6 +152,7 @@ class Trainer:
             pack_length=self.state.pack_length,
             resegment=dropout_epochs(self.data, self.config),  # None without BPE-dropout
             specials=self.model.specials,
+            examples=settings and ExampleMaker(settings, train, tokenizers, self.config),
         )
 
     def _plan_update(self, net: torch.nn.Module) -> UpdatePlan:
