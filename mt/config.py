@@ -228,9 +228,8 @@ class DecodeConfig:
     # device's (4096 on a CPU, more on a GPU)
     batch_tokens: int = resumable(0)
     # a source longer than this many tokens is cut after its clauses into pieces of at
-    # most it (mt.decoding.pieces), each translated as a sentence and put back in its place
-    # (mt.decoding.clauses); 0: the length the model carries, that 98% of its training
-    # sources are within (mt.decoding.trained)
+    # most it (mt.decoding.pieces), each translated alone and put back in its place; 0: the
+    # length the model carries, measured on it at validation (mt.decoding.trained)
     piece_tokens: int = resumable(0)
     # a translation shorter than this fraction of the length its source predicts (the
     # training corpus's target/source ratio, mt.decoding.coverage) is translated again in

@@ -14,10 +14,12 @@ so put back is counted (`Translations.placed`) and said to the caller.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..config import DecodeConfig
 from ..data.spans import MARKER, placeholder, spans
+from ..messages import say
 
 
 @dataclass(frozen=True)
@@ -94,3 +96,33 @@ def _put(text: str, k: int, at: float) -> str:
 def protect(texts: Sequence[str], most: int) -> list[Protected]:
     """Each text with its first `most` spans as placeholders (`Protected.of`)."""
     return [Protected.of(text, most) for text in texts]
+
+
+def carried_over(
+    protected: Sequence[Protected],
+    found: list[list[tuple[str, float]]],
+    force: Callable[..., list] | None,
+    decode: DecodeConfig,
+) -> tuple[list[list[tuple[str, float]]], list[int]]:
+    """Each source's n-best (`found`, of the `protected` texts) with its spans put back, and
+    how many of them the model did not carry over exactly: the best that lost a placeholder
+    decoded again by `force` (the indices of the sources, `decode`, the placeholders each
+    must hold; None: the engine cannot force), then each restored (said where any was put
+    back by its neighbours)."""
+    lost = [i for i, p in enumerate(protected) if p.lost(found[i][0][0])]
+    if lost and force is not None:
+        forced = [[placeholder(k) for k in protected[i].lost(found[i][0][0])] for i in lost]
+        for i, hyps in zip(lost, force(lost, decode, forced)):
+            found[i] = hyps
+    nbest, placed = [], []
+    for p, hyps in zip(protected, found):
+        restored = [(*p.restore(text), score) for text, score in hyps]
+        nbest.append([(text, score) for text, _, score in restored])
+        placed.append(restored[0][1])
+    if any(placed):
+        say(
+            f"warning: {sum(placed)} span(s) (numbers, URLs, placeholders) the model did not "
+            f"carry over exactly, in {sum(map(bool, placed))} text(s): put back where their "
+            "neighbours are"
+        )
+    return nbest, placed

@@ -91,13 +91,19 @@ class Scripted(Translator):
     def forces(self, decode):
         return self.can_force
 
-    def _translate_nbest(self, texts, decode, progress, prefixes, constraints):
+    def _pieces_nbest(self, texts, decode, progress, prefixes, constraints):
         self.asked.append((list(texts), constraints))
         table = self.forced if constraints else self.answers
         return [[(table[t], -1.0)] for t in texts]
 
     def _with(self, config):
         raise NotImplementedError
+
+    def _decode(self, *args):
+        raise NotImplementedError
+
+    def _metadata(self):
+        return {}
 
     def run_dir(self):
         raise NotImplementedError
@@ -109,9 +115,11 @@ class Scripted(Translator):
 def test_the_translator_forces_what_was_lost_then_puts_back_what_still_is(monkeypatch):
     import mt.decoding.engine as engine
 
-    monkeypatch.setattr(engine.Translator, "coverage", None)
-    monkeypatch.setattr(engine.Translator, "_guarded", lambda self, texts, *a: (
-        self._translate_nbest(texts, *a), [False] * len(texts)))  # fmt: skip
+    class Unguarded:
+        def guarded(self, translate, texts, decode):
+            return translate(range(len(texts)), decode), [False] * len(texts)
+
+    monkeypatch.setattr(engine.Translator, "coverage", Unguarded())
     sources = ["Call 555 now.", "Meet at 10:30 or 11:00.", "Hello."]
     answers = {
         "Call ⦅1⦆ now.": "Llama ya.",
