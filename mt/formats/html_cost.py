@@ -82,7 +82,7 @@ class Tree(Stack):
         self.where, self.most_walk, self.most_extra = where, 0, 0
         self.walk = 0
         self.quirks, self.head = True, False  # head: a page's head not ended yet
-        self.tokens = 0  # a doctype counts only before the first tag or text
+        self.started = False  # a doctype counts only before the first tag or text
         self.points: set[int] = set()  # the annotation-xml that are HTML integration points
 
     def made(self, count: int) -> None:
@@ -137,20 +137,23 @@ class Tree(Stack):
         )
 
     def doctype(self) -> None:
-        if not self.tokens:
+        if not self.started:
             self.quirks = False
 
     def text(self, text: str, start: int, end: int) -> None:
-        self.tokens += not text[start:end].isspace()
         self.walk += len(self.stack)
         if self.walk > self.most_walk:
             self.too_deep()
-        if (self.head or self.column_group()) and not text[start:end].isspace():
+        current = self.stack[-1]
+        watched = not self.started or self.head or current.name == "colgroup"
+        if watched and not text[start:end].isspace():  # (spaces: the page's, or the table's)
+            self.started = True
             if self.head:
                 self.end_head()
-            else:
+            elif self.column_group():
                 self.pop()
-        if self.active and not self.foreign(None):
+        last = self.active[-1] if self.active else None
+        if last is not None and not last.element.open and not self.foreign(None):
             self.reconstruct()
 
     def column_group(self) -> bool:
@@ -180,7 +183,7 @@ class Tree(Stack):
 
     def start(self, name: str, attributes: str, closed: bool) -> str:
         """A start tag; the raw-text kind its content is read as ("" for markup)."""
-        self.tokens += 1
+        self.started = True
         self.walk += len(self.stack)
         if self.walk > self.most_walk:
             self.too_deep()
@@ -322,7 +325,7 @@ class Tree(Stack):
         return ""
 
     def end(self, name: str) -> None:
-        self.tokens += 1
+        self.started = True
         self.walk += len(self.stack)
         if self.walk > self.most_walk:
             self.too_deep()

@@ -168,10 +168,13 @@ class Stack:
     # the list of active formatting elements
 
     def clear_to_marker(self) -> None:
-        while self.active and (entry := self.active.pop()) is not None:
+        while self.active:
+            entry = self.active.pop()
+            if entry is None:
+                self.marked.pop()
+                return
             entry.element.entry = None
-        if len(self.marked) > 1:
-            self.marked.pop()
+        self.marked = [{}]
 
     def listed(self, name: str) -> Entry | None:
         """The last entry named `name` after the last marker."""

@@ -76,9 +76,9 @@ SCOPE = {  # what bounds a scope (a select too, in Lexbor 3's customizable <sele
     *("applet", "caption", "html", "table", "td", "th", "marquee", "object", "template"),
     "select",
 }
-HEAD = {  # what a page's head holds (and <noscript>: scripting is off)
+HEAD = {  # what a page's head holds (and <noscript>: scripting is off), or leaves open
     *("base", "basefont", "bgsound", "link", "meta", "noframes", "script", "style"),
-    *("template", "title", "noscript", "head"),
+    *("template", "title", "noscript", "head", "html"),
 }
 MATH_TEXT = {"mi", "mo", "mn", "ms", "mtext"}  # MathML text integration points
 HTML_POINTS = {"foreignobject", "desc", "title"}  # SVG's HTML integration points
