@@ -84,6 +84,7 @@ class Tree(Stack):
         self.quirks, self.head = True, False  # head: a page's head not ended yet
         self.started = False  # a doctype counts only before the first tag or text
         self.points: set[int] = set()  # the annotation-xml that are HTML integration points
+        self.columns: set[int] = set()  # the templates that took a <col>: columns only
 
     def made(self, count: int) -> None:
         super().made(count)
@@ -204,6 +205,8 @@ class Tree(Stack):
     def html_start(self, name: str, attributes: str, closed: bool) -> str:
         if self.column_group() and name != "col":
             self.pop()  # a column group holds columns only
+        if self.stack[-1].seq in self.columns and name != "template":
+            return ""  # (a template's columns: anything else is dropped, raw text too)
         structure = self.groups.get("structure")
         mode = structure[-1].name if structure else ""
         if mode in TABLE_MODES and name == "form":  # a form in a table holds nothing
@@ -218,7 +221,9 @@ class Tree(Stack):
                 self.close(mode)  # the cell or caption ends first
                 return self.html_start(name, attributes, closed)
             if mode == "template" and name != "table":
-                if name != "col":
+                if name == "col":  # the template takes columns only, from now on
+                    self.columns.add(structure[-1].seq)
+                else:
                     self.push(name)
                 return ""
             if name != "table":
