@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .limits import DocumentError, DocumentTooLarge, TextLimit
+from .limits import DocumentError, DocumentTooLarge, MarkupTooCostly, TextLimit
 from .pieces import Document, Translate, translate_documents
 
-__all__ = ["FILE_FORMATS", "Document", "DocumentError", "DocumentTooLarge", "Translate"]
+__all__ = ["FILE_FORMATS", "Document", "DocumentError", "DocumentTooLarge", "MarkupTooCostly"]
+__all__ += ["Translate"]
 __all__ += ["read_document", "read_markup", "translate_documents"]
 
 

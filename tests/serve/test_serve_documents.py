@@ -80,6 +80,8 @@ def test_the_libretranslate_client_drives_html_and_files(server, tmp_path):
 
 
 SUBTITLES = b"1\n00:00:01,000 --> 00:00:02,000\nHello.\n\n"
+NESTED = "<div>" * 77_000 + "Hi."  # 385 KB whose parse takes 18 s unchecked
+REOPENED = "<p>" + "".join(f"<b id={i}>" for i in range(300)) + "<p>x" * 4_000  # +476 MB
 
 
 @pytest.mark.parametrize(
@@ -93,6 +95,9 @@ SUBTITLES = b"1\n00:00:01,000 --> 00:00:02,000\nHello.\n\n"
         ("/translate_file", multipart("a.srt", SUBTITLES.replace(b"2,", b"x,")), 400, "a.srt: not"),
         ("/translate_file", multipart("a.pdf", b"%PDF-1.4"), 400, "a.pdf: file format not sup"),
         ("/translate_file", multipart("a.html", b"<img src=x>"), 400, "a.html: no text to trans"),
+        ("/translate_file", multipart("n.html", NESTED.encode()), 413, "n.html: markup nested"),
+        ("/translate_file", multipart("r.html", REOPENED.encode()), 413, "r.html: markup that"),
+        ("/translate", {"q": NESTED[-300_000:], "format": "html"}, 413, "q: markup nested too"),
         (
             "/translate_file",
             multipart(
@@ -143,7 +148,10 @@ def test_mt_translate_translates_documents_and_refuses_bad_ones(cli_main, model,
     assert [r.bold for r in back.paragraphs[1].runs] == [None, True, None]
     (tmp_path / "broken.srt").write_bytes(b"1\n00:00:0x --> 00:00:02,000\nHi\n")
     (tmp_path / "a.pdf").write_bytes(b"%PDF")
+    (tmp_path / "r.html").write_text(REOPENED, encoding="utf-8")
     bad = [
+        (["--file", str(tmp_path / "r.html")], "r.html: markup that makes the parser build"),
+        (["--format", "html", NESTED[-100_000:]], "argument 1: markup nested too deeply"),
         (["--file", str(tmp_path / "letter.docx")], "letter.docx: a .docx file needs --out"),
         (["--file", str(tmp_path / "broken.srt")], "broken.srt: not a valid .srt file"),
         (["--file", str(tmp_path / "a.pdf")], "a.pdf: file format not supported"),
