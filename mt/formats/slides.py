@@ -30,7 +30,11 @@ def read_pptx(data: bytes, limit: TextLimit) -> Document:
     refused (`refuse_entities`)."""
     import pptx
 
-    presentation = pptx.Presentation(unzipped(data, limit.where))
+    copy = unzipped(data, limit.where)
+    try:
+        presentation = pptx.Presentation(copy)
+    except ValueError as e:  # another kind of Office file: named by its object, say "it"
+        raise ValueError(str(e).replace(f"file '{copy}'", "it")) from None
     parts = []
     for slide in presentation.slides:
         parts.append(slide)

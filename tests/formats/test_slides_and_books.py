@@ -195,3 +195,15 @@ def test_an_epub_3_nav_is_translated_as_a_chapter():
     assert read_document("a.epub", data).units[:2] == ["Contents", "The fox"]
     out = zipfile.ZipFile(io.BytesIO(translated("a.epub", data)))
     assert '<a href="one.xhtml">THE FOX</a>' in out.read("OEBPS/text/nav.xhtml").decode()
+
+
+def test_a_word_document_named_pptx_is_refused_in_one_line():
+    docx = pytest.importorskip("docx")
+    data = io.BytesIO()
+    docx.Document().save(data)
+    with pytest.raises(DocumentError) as raised:
+        read_document("a.pptx", data.getvalue())
+    assert str(raised.value) == (
+        "a.pptx: not a valid .pptx file (it is not a PowerPoint file, content type is "
+        "'application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml')"
+    )

@@ -182,3 +182,24 @@ def epub_file(body: str = "<p>Hello.</p>", title: str = "The fables", **members:
             method = zipfile.ZIP_STORED if name == "mimetype" else zipfile.ZIP_DEFLATED
             made.writestr(name, content, method)
     return out.getvalue()
+
+
+def slides_file(kind: str, texts: list[str]) -> bytes:
+    """A presentation (pptx, odp) of one slide, a text box for each of `texts`, made by its
+    library."""
+    data = io.BytesIO()
+    if kind == "pptx":
+        pptx = pytest.importorskip("pptx")
+        made = pptx.Presentation()
+        shapes = made.slides.add_slide(made.slide_layouts[6]).shapes
+        for i, text in enumerate(texts):
+            shapes.add_textbox(0, i * 100_000, 100_000, 100_000).text = text
+    else:
+        odfdo = pytest.importorskip("odfdo")
+        made = odfdo.Document("presentation")
+        page = odfdo.DrawPage("page1")
+        for text in texts:
+            page.append(odfdo.Frame.text_frame(text, size=("10cm", "2cm")))
+        made.body.append(page)
+    made.save(data)
+    return data.getvalue()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import re
-import signal
 import struct
 import tracemalloc
 import zipfile
@@ -18,6 +17,7 @@ import pytest
 
 pytest.importorskip("selectolax")
 
+from helpers.documents import replaced
 from mt.decoding.constraints import glossary_terms
 from mt.formats import DocumentError, DocumentTooLarge, limits, read_document, read_markup
 from mt.formats.pieces import Block, cut
@@ -25,19 +25,7 @@ from mt.serve.batcher import BadRequest
 from mt.serve.requests import parse_glossary, parse_multipart
 from mt.text.sentences import Layout
 
-SECONDS = 10  # each test takes well under one; the regressions took 13 s to minutes
-
-
-@pytest.fixture(autouse=True)
-def deadline():
-    def expired(signum, frame):
-        raise TimeoutError(f"over {SECONDS} s: is a parser super-linear again?")
-
-    before = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, SECONDS)
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, before)
+pytestmark = pytest.mark.usefixtures("deadline")  # (tests/conftest.py)
 
 
 # HTML
@@ -122,18 +110,6 @@ def odt_file() -> bytes:
     data = io.BytesIO()
     made.save(data)
     return data.getvalue()
-
-
-def replaced(data: bytes, name: str, content: bytes, method: int = zipfile.ZIP_DEFLATED) -> bytes:
-    """The zip `data` with its member `name` holding `content`, compressed by `method`."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as made:
-        for info in source.infolist():
-            body = content if info.filename == name else source.read(info)
-            made.writestr(
-                info.filename, body, method if info.filename == name else info.compress_type
-            )
-    return out.getvalue()
 
 
 DOCUMENT_XML = (
