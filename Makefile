@@ -6,9 +6,9 @@ DATA ?= ../shared/data
 # CPU wheel of torch: an unpinned torch would pull gigabytes of CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install browser pandoc libreoffice test lint bench clean
+.PHONY: install browser pandoc libreoffice container test lint bench clean
 
-install: $(BIN)/mt browser pandoc libreoffice
+install: $(BIN)/mt browser pandoc libreoffice container
 
 $(BIN)/mt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,16 @@ libreoffice:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	  --no-install-recommends libreoffice-writer-nogui libreoffice-impress-nogui >/dev/null; } || \
 	echo "make: no LibreOffice: the tests that open documents in it will skip"
+
+# podman, to build and run the image of the Dockerfile (tests/serve/test_container.py), from a
+# Debian base made by mmdebstrap (no image registry needed); runc, which runs containers where
+# crun cannot (cgroups v1 beside a v2 controller); else that test skips.
+container:
+	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null && command -v runc >/dev/null || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  podman mmdebstrap runc >/dev/null; } || \
+	echo "make: no podman: the container test will skip"
 
 test: install
 	HF_DATASETS_OFFLINE=1 $(BIN)/pytest
