@@ -40,7 +40,7 @@ FROM ${BASE}
 ARG MODEL=docker/model
 RUN useradd --system --uid 10001 --create-home --home-dir /home/mt mt
 COPY --from=build /opt/mt /opt/mt
-COPY ${MODEL} /model
+COPY --chown=mt:mt ${MODEL} /model
 ENV PATH=/opt/mt/bin:$PATH \
     MT_SERVE_HOST=0.0.0.0 \
     MT_SERVE_PORT=5000 \

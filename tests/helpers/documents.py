@@ -7,8 +7,10 @@ from __future__ import annotations
 import io
 import re
 import shutil
+import struct
 import subprocess
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -135,6 +137,21 @@ def replaced(data: bytes, name: str, content: bytes, method: int = zipfile.ZIP_D
                 info.filename, body, method if info.filename == name else info.compress_type
             )
     return out.getvalue()
+
+
+def lying(data: bytes, name: str, content: bytes, said: int = 1000) -> bytes:
+    """The zip `data` with its member `name` holding `content`, but its central directory
+    record saying `said` bytes (and a CRC to match them): zipfile cuts it there, but a
+    library reading it whole would inflate all of it first."""
+    made = bytearray(replaced(data, name, content))
+    at = next(  # its central directory record: CRC at 16, size at 24
+        m.start()
+        for m in re.finditer(b"PK\x01\x02", made)
+        if made[m.start() + 46 :].startswith(name.encode())
+    )
+    struct.pack_into("<I", made, at + 16, zlib.crc32(content[:said]))
+    struct.pack_into("<I", made, at + 24, said)
+    return bytes(made)
 
 
 CHAPTER = """<?xml version="1.0" encoding="utf-8"?>
