@@ -114,9 +114,7 @@ def serve_command(
         raise ConfigError(said or str(e)) from None
     run(
         [
-            functools.partial(
-                open_translator_for, checkpoint, config, set, device, engine, threads
-            )
+            functools.partial(open_translator_for, checkpoint, config, set, device, engine, threads)
             for checkpoint in checkpoints or [None]
         ],
         settings,
