@@ -6,9 +6,9 @@ DATA ?= ../shared/data
 # CPU wheel of torch: an unpinned torch would pull gigabytes of CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install browser pandoc test lint bench clean
+.PHONY: install browser pandoc libreoffice container test lint bench clean
 
-install: $(BIN)/mt browser pandoc
+install: $(BIN)/mt browser pandoc libreoffice container
 
 $(BIN)/mt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,15 +26,35 @@ browser:
 	  chromium chromium-driver >/dev/null; } || \
 	echo "make: no chromium and chromedriver: the browser test will skip"
 
-# pandoc, to make the document corpus's .docx, .odt and .html from markdown at test time
-# (tests/formats/test_document_corpus.py), as the browser is; else those tests skip. LibreOffice, too
-# large to install here, is used where it is installed.
+# pandoc, to make the document corpus's .docx, .odt, .html, .epub and .pptx from markdown at
+# test time (tests/formats/test_document_corpus.py), as the browser is; else those tests skip.
 pandoc:
 	@command -v pandoc >/dev/null || \
 	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	  pandoc >/dev/null; } || \
 	echo "make: no pandoc: the document corpus tests will skip"
+
+# LibreOffice's Writer and Impress without their desktop (210 MB, a minute), to remake the
+# corpus's documents (.odt and .docx from each other, .odp from the .pptx) and open the
+# translations; else those tests skip.
+libreoffice:
+	@command -v soffice >/dev/null && [ -e /usr/lib/libreoffice/share/registry/impress.xcd ] && \
+	[ -e /usr/lib/libreoffice/share/registry/writer.xcd ] || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  --no-install-recommends libreoffice-writer-nogui libreoffice-impress-nogui >/dev/null; } || \
+	echo "make: no LibreOffice: the tests that open documents in it will skip"
+
+# podman, to build and run the image of the Dockerfile (tests/serve/test_container.py), from a
+# Debian base made by mmdebstrap (no image registry needed); runc, which runs containers where
+# crun cannot (cgroups v1 beside a v2 controller); else that test skips.
+container:
+	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null && command -v runc >/dev/null || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  podman mmdebstrap runc >/dev/null; } || \
+	echo "make: no podman: the container test will skip"
 
 test: install
 	HF_DATASETS_OFFLINE=1 $(BIN)/pytest

@@ -3,17 +3,26 @@
 A file or folder is written under a temporary name beside its destination, flushed to disk
 and renamed over it, so a reader (or a run killed at any moment) sees the old content or the
 new, never a mix. A failure removes the temporary and names the path and the cause.
+
+A folder cannot be renamed over a full one: on Linux the two are swapped in one step
+(renameat2's RENAME_EXCHANGE), then the old one removed. Elsewhere (or on a file system that
+cannot swap) the old folder is first renamed aside to `.NAME.old-PID`; a process killed
+before the new one took its place leaves no `NAME`, and the next write of it puts the old one
+back.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import glob
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from functools import cache
 from pathlib import Path
 
 from .errors import MachineError
@@ -28,15 +37,11 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove(tmp)
-        _remove_leftovers(path)
+        _restore_leftovers(path)
         yield tmp
         _fsync_tree(tmp)
         if tmp.is_dir() and not tmp.is_symlink() and path.is_dir():  # not over a full folder
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
-            remove(old)
-            path.rename(old)
-            tmp.rename(path)
-            remove(old)
+            _replace_folder(tmp, path)
         else:
             os.replace(tmp, path)
         fsync(path.parent)
@@ -48,12 +53,60 @@ def atomic_path(path: Path, suffix: str = "") -> Iterator[Path]:
         raise
 
 
-def _remove_leftovers(path: Path) -> None:
-    """Temporaries of `path` left by processes killed outright (kill -9, power loss)."""
-    temporary = re.compile(rf"^\.{re.escape(path.name)}\.(?:tmp|old)-(\d+)")
-    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*-*"):
+def _replace_folder(tmp: Path, path: Path) -> None:
+    """The folder `tmp` put in the place of the folder `path`, whose content is then removed:
+    swapped in one step where the system can, else in two renames."""
+    if _exchange(tmp, path):
+        remove(tmp)  # now the old folder
+        return
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    remove(old)
+    path.rename(old)
+    tmp.rename(path)
+    remove(old)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the entries `a` and `b` atomically (Linux 3.15+, glibc 2.28+); False where the
+    system or the file system cannot, having changed nothing."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+AT_FDCWD, RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
+
+
+@cache
+def _renameat2() -> Callable[..., int] | None:
+    """libc's renameat2, or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p] * 2 + [ctypes.c_uint]
+        function.restype = ctypes.c_int
+    return function
+
+
+def _restore_leftovers(path: Path) -> None:
+    """Put back the folder a process killed between the two renames of a replace left aside
+    (`.NAME.old-PID`, its process dead, `path` missing), and remove the other temporaries of
+    `path` left by processes killed outright (kill -9, power loss)."""
+    temporary = re.compile(rf"^\.{re.escape(path.name)}\.(tmp|old)-(\d+)")
+    for leftover in sorted(path.parent.glob(f".{glob.escape(path.name)}.*-*")):
         found = temporary.match(leftover.name)
-        if found and not _alive(int(found.group(1))):
+        if not found or _alive(int(found.group(2))):
+            continue
+        if found.group(1) == "old" and not os.path.lexists(path):
+            leftover.rename(path)
+        else:
             remove(leftover)
 
 

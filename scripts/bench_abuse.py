@@ -14,6 +14,7 @@ import argparse
 import http.client
 import io
 import json
+import select
 import shlex
 import socket
 import sys
@@ -101,6 +102,18 @@ def zip_with(template: bytes, name: str, data: bytes) -> bytes:
     return out.getvalue()
 
 
+def nested_divs(count: int = 77_000) -> bytes:
+    """HTML of `count` nested <div> (issue 54's: 385 KB, 17.9 s)."""
+    return ("<div>" * count + "Hello.").encode()
+
+
+def reopened(elements: int = 300, paragraphs: int = 4_000) -> bytes:
+    """HTML whose parser reopens `elements` formatting elements in each of `paragraphs`
+    paragraphs (issue 54's: 19 KB, 1.2 million elements, +476 MB)."""
+    opened = "".join(f"<b id={i}>" for i in range(elements))
+    return ("<p>" + opened + "<p>x" * paragraphs).encode()
+
+
 def post(address: str, path: str, body: bytes, kind: str, timeout: float = 120) -> int:
     connection = http.client.HTTPConnection(address, timeout=timeout)
     try:
@@ -118,21 +131,26 @@ def post_json(address: str, path: str, fields: dict) -> int:
     return post(address, path, json.dumps(fields).encode(), "application/json")
 
 
-def huge_headers(address: str, size: int = 64 * MB) -> int | str:
-    """Headers of `size` bytes sent until the server answers."""
+def huge_headers(address: str, size: int = 64 * MB, line: bool = False) -> str:
+    """Headers of `size` bytes (8 KB lines, or one `line`) sent 8 KB at a time until the
+    server answers or closes: its status and the bytes sent by then. Each piece waits up to
+    1 ms for an answer, so that what is counted is what the server let in, not what the
+    kernel's buffers took while it decided."""
     host, port = address.split(":")
+    piece = b"a" * 8192 if line else b"X-Pad: " + b"a" * 8183 + b"\r\n"
+    sent, answer = 0, b""
     with socket.create_connection((host, int(port)), timeout=30) as raw:
-        raw.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-        line = b"X-Pad: " + b"a" * 8000 + b"\r\n"
+        raw.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n" + (b"X-Pad: " if line else b""))
         try:
-            for _ in range(size // len(line)):
-                raw.sendall(line)
-        except OSError:
-            pass  # closed by the server: its answer is waiting
-        try:
-            return int(raw.recv(100).split()[1])
-        except (OSError, IndexError, ValueError) as e:
-            return type(e).__name__
+            while sent < size and not answer:
+                raw.sendall(piece)
+                sent += len(piece)
+                if select.select([raw], [], [], 0.001)[0]:
+                    answer = raw.recv(100) or b"closed"
+        except OSError:  # closed by the server (a reset drops its answer)
+            answer = answer or b"closed"
+    status = answer.split()[1].decode() if answer.startswith(b"HTTP/") else answer.decode()
+    return f"{status} after {sent / MB:.2f} MB sent"
 
 
 def slow_connections(address: str, count: int = 300, seconds: float = 30) -> str:
@@ -253,6 +271,7 @@ def measure(address: str, pid: int, name: str, attack: Callable[[], object]) -> 
 
 def classes(address: str, pid: int) -> list[tuple[str, Callable[[], object]]]:
     docx, many = docx_bomb(), docx_paragraphs()
+    divs, reopen = nested_divs(), reopened()
     odt, styled = odt_paragraphs(21 * MB // 9), odt_paragraphs(470_000, styled=True)
     glossary = {f"w{i}": f"v{i}" for i in range(20_000)}  # 360 KB: under the body's limit
     header = "; a=b" * 74_000
@@ -295,7 +314,13 @@ def classes(address: str, pid: int) -> list[tuple[str, Callable[[], object]]]:
             f".odt: 470,000 styled empty paragraphs ({len(styled) // 1000} KB)",
             file("s.odt", styled),
         ),
-        ("headers: 64 MB", lambda: huge_headers(address)),
+        (f"html: 77,000 nested <div> ({len(divs) // 1000} KB)", file("n.html", divs)),
+        (
+            f"html: 300 formatting elements reopened 4,000 times ({len(reopen) / 1000:.1f} KB)",
+            file("r.html", reopen),
+        ),
+        ("headers: 64 MB in 8 KB lines", lambda: huge_headers(address)),
+        ("headers: one line of 64 MB", lambda: huge_headers(address, line=True)),
         ("300 slow connections", lambda: slow_connections(address)),
         (
             "/translate of 64 × 1,000 characters, left after 1 s",

@@ -1,7 +1,7 @@
 """Fixtures every test folder shares: the CLI run in-process (`cli`, `cli_main`), the tiny
-corpus file, `mt prepare` on the Tatoeba files, random-weight Marian folders; and, before
-anything imports `datasets`, an offline environment with a private cache. Helpers that are
-not fixtures are in tests/helpers/."""
+corpus file, `mt prepare` on the Tatoeba files, random-weight Marian folders, a deadline for
+the tests of hostile input; and, before anything imports `datasets`, an offline environment
+with a private cache. Helpers that are not fixtures are in tests/helpers/."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import atexit
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -34,6 +35,23 @@ from helpers.corpus import PAIRS, SHARED, TATOEBA_TEST, TATOEBA_TRAIN, TATOEBA_V
 from helpers.marian import build_marian  # noqa: E402
 from helpers.runs import run_mt  # noqa: E402
 from mt.cli import app, main  # noqa: E402
+
+DEADLINE_SECONDS = 10  # a hostile input's test takes well under one; regressions took minutes
+
+
+@pytest.fixture
+def deadline():
+    """A deadline (SIGALRM) on the test, for those that feed hostile input to a parser: a
+    regression fails there rather than hanging."""
+
+    def expired(signum, frame):
+        raise TimeoutError(f"over {DEADLINE_SECONDS} s: is a parser super-linear again?")
+
+    before = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, DEADLINE_SECONDS)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, before)
 
 
 @pytest.fixture

@@ -20,21 +20,24 @@ import typer
 from ..errors import MtError
 from ..messages import say
 from . import decoding, export, serving, training  # noqa: F401  (their commands join the app)
-from .app import app
+from .app import app, from_environment
 
 
 def main() -> None:
     """The one error boundary: an expected failure (MtError, a usage error) is one stderr line
     `mt: error: ...` and its exit status (2 for usage, configuration and input errors); with
     MT_DEBUG=1 its traceback comes first. Anything else is a bug and keeps its traceback."""
-    from typer._click.exceptions import NoArgsIsHelpError, UsageError  # typer's own click
+    from typer._click.exceptions import BadParameter, NoArgsIsHelpError, UsageError
 
     try:
         code = app(standalone_mode=False)
     except NoArgsIsHelpError as e:  # plain `mt`: the help, as before
         e.show()
         code = e.exit_code
-    except UsageError as e:  # unknown option, missing argument, bad value
+    except BadParameter as e:  # a bad value: of an option, or of its environment variable
+        named = e.ctx and e.param and from_environment(e.ctx, e.param.name, e.message)
+        code = _fail(named or e.format_message(), 2)
+    except UsageError as e:  # unknown option, missing argument
         code = _fail(e.format_message(), 2)
     except typer.Abort:  # end of input at a prompt
         code = _fail("interrupted", 130)

@@ -14,18 +14,19 @@ def input_documents(texts: list[str] | None, file: str | None, fmt: str, out: st
     """The documents to translate, (name, Document) each, read before the model loads: a
     --file of a markup format or --format html; none for plain text."""
     from ..data.text_input import read_lines
-    from ..formats import FILE_FORMATS, read_document, read_markup
+    from ..formats import FILE_FORMATS, ZIP_FORMATS, read_document, read_markup
 
     documents = set(FILE_FORMATS) - {".txt"}  # any other --file is plain text, a line a
     # text (test.en, mono.es ...), but for the document formats it does not read
-    documents |= {".pdf", ".doc", ".rtf", ".epub", ".odp", ".ods", ".ppt", ".pptx", ".xls", ".xlsx"}
+    documents |= {".pdf", ".doc", ".rtf", ".ods", ".ppt", ".xls", ".xlsx"}
 
     if fmt not in ("text", "html"):
         raise ConfigError(f"--format {fmt}: expected text or html")
     suffix = Path(file).suffix.lower() if file and file != "-" else ""
     if fmt == "text" and suffix not in documents:
         if out:
-            raise ConfigError("--out is for documents: a --file .html, .docx, .odt or .srt")
+            kinds = ", ".join(kind for kind in FILE_FORMATS if kind != ".txt")
+            raise ConfigError(f"--out is for documents: a --file {kinds}")
         return []
     if texts and file:
         raise ConfigError("give sentences as arguments or --file, not both")
@@ -33,7 +34,7 @@ def input_documents(texts: list[str] | None, file: str | None, fmt: str, out: st
         if not Path(file).is_file():
             raise ConfigError(f"--file {file}: no such file")
         document = read_document(file, Path(file).read_bytes())  # a format it reads
-        if suffix in (".docx", ".odt") and not out:
+        if suffix in ZIP_FORMATS and not out:
             raise ConfigError(f"--file {file}: a {suffix} file needs --out")
         if out and Path(out).resolve() == Path(file).resolve():
             raise ConfigError(f"--out {out}: is the --file itself (it would be lost)")

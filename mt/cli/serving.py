@@ -12,7 +12,7 @@ import typer
 
 from ..errors import ConfigError
 from ..serve.batcher import Settings as ServeSettings  # the options; no server deps
-from .app import app
+from .app import app, from_environment
 from .decoding import (
     DecodeConfigOption,
     DecodeSetOption,
@@ -60,22 +60,27 @@ def with_settings(command: Callable) -> Callable:
     return command
 
 
-@app.command(name="serve")
+# every option's environment variable: MT_SERVE_<OPTION> (MT_SERVE_PORT, MT_SERVE_MAX_CHARS),
+# as LibreTranslate's LT_<OPTION>; a flag on the command line wins over it
+@app.command(name="serve", context_settings={"auto_envvar_prefix": "MT_SERVE"})
 @with_settings
 def serve_command(
+    ctx: typer.Context,
     checkpoints: Annotated[
         list[str] | None,
         typer.Argument(
             help="Run folders, checkpoint folders or files, or folders from mt export: one "
             "model a pair of languages, requests routed by their source and target. "
-            "Default: the newest run under ./runs.",
+            "Default: the newest run under ./runs. From the environment: MT_SERVE_CHECKPOINTS "
+            "(separated by spaces).",
+            envvar="MT_SERVE_CHECKPOINTS",
             show_default=False,
         ),
     ] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on; 0 picks a free one.")] = 8000,
     config: DecodeConfigOption = None,
-    set_: DecodeSetOption = None,
+    set: DecodeSetOption = None,  # (not set_: its environment variable is MT_SERVE_SET)
     device: DeviceOption = "auto",
     engine: EngineOption = "auto",
     threads: ThreadsOption = 0,
@@ -89,21 +94,27 @@ def serve_command(
 
     Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
     and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'. Before exposing it,
-    read docs/serve.md (keys, limits, a reverse proxy).
+    read docs/serve.md (keys, limits, a reverse proxy, a container). Every option can be
+    given in the environment as MT_SERVE_<OPTION> (MT_SERVE_PORT=8080, MT_SERVE_API_KEYS=
+    keys.txt); one given on the command line wins.
     """
     from ..serve.access import Access, Allowance, read_keys
     from ..serve.app import run
 
-    settings = ServeSettings(**settings)
-    default = Allowance(settings.req_limit, settings.chars_per_minute)
-    access = Access(read_keys(api_keys, default) if api_keys else None, default)
-    if public_url is not None and not public_url.startswith(("http://", "https://")):
-        raise ConfigError(f"--public-url {public_url}: expected http://... or https://...")
+    try:
+        settings = ServeSettings(**settings)
+        default = Allowance(settings.req_limit, settings.chars_per_minute)
+        access = Access(read_keys(api_keys, default) if api_keys else None, default)
+        if public_url is not None and not public_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--public-url {public_url}: expected http://... or https://...")
+    except ConfigError as e:  # "--max-texts 0: why", of MT_SERVE_MAX_TEXTS if it came from it
+        flag, _, rest = str(e).partition(" ")
+        name = flag.removeprefix("--").replace("-", "_")
+        said = name in ctx.params and from_environment(ctx, name, rest.partition(": ")[2])
+        raise ConfigError(said or str(e)) from None
     run(
         [
-            functools.partial(
-                open_translator_for, checkpoint, config, set_, device, engine, threads
-            )
+            functools.partial(open_translator_for, checkpoint, config, set, device, engine, threads)
             for checkpoint in checkpoints or [None]
         ],
         settings,

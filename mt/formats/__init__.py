@@ -1,5 +1,6 @@
-"""Documents translated with their layout kept: HTML pages and fragments, .docx, .odt, .srt
-subtitles and plain text, each read into blocks of pieces (pieces.py) and written back.
+"""Documents translated with their layout kept: HTML pages and fragments, .docx, .odt, .pptx,
+.odp and .epub files, .srt subtitles and plain text, each read into blocks of pieces
+(pieces.py) and written back.
 
 `read_document(name, data, max_chars)` reads a file by its suffix, its cost bounded
 (limits.py: its text within `max_chars`, a zip within caps); `translate_documents(documents,
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .limits import DocumentError, DocumentTooLarge, TextLimit
+from .limits import DocumentError, DocumentTooLarge, MarkupTooCostly, TextLimit
 from .pieces import Document, Translate, translate_documents
 
-__all__ = ["FILE_FORMATS", "Document", "DocumentError", "DocumentTooLarge", "Translate"]
+__all__ = ["FILE_FORMATS", "ZIP_FORMATS", "Document", "DocumentError", "DocumentTooLarge"]
+__all__ += ["MarkupTooCostly", "Translate"]
 __all__ += ["read_document", "read_markup", "translate_documents"]
 
 
@@ -47,15 +49,37 @@ def _odt(data: bytes, limit: TextLimit) -> Document:
     return read_odt(data, limit)
 
 
+def _pptx(data: bytes, limit: TextLimit) -> Document:
+    from .slides import read_pptx
+
+    return read_pptx(data, limit)
+
+
+def _odp(data: bytes, limit: TextLimit) -> Document:
+    from .office import read_odp
+
+    return read_odp(data, limit)
+
+
+def _epub(data: bytes, limit: TextLimit) -> Document:
+    from .epub import read_epub
+
+    return read_epub(data, limit)
+
+
 READERS: dict[str, Callable[[bytes, TextLimit], Document]] = {
     ".txt": _text,
     ".html": _html,
     ".htm": _html,
     ".docx": _docx,
     ".odt": _odt,
+    ".pptx": _pptx,
+    ".odp": _odp,
+    ".epub": _epub,
     ".srt": _srt,
 }
 FILE_FORMATS = tuple(READERS)  # what /translate_file and mt translate --file take
+ZIP_FORMATS = (".docx", ".odt", ".pptx", ".odp", ".epub")  # not text: written to a file
 
 
 class NotText(ValueError):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .html_cost import check_cost
 from .limits import TextLimit
 from .pieces import Block, Document
 
@@ -46,6 +47,7 @@ def read_html(text: str, limit: TextLimit) -> Document:
     from selectolax.lexbor import LexborHTMLParser
 
     whole = _whole(text)
+    check_cost(text, limit.where, whole)
     tree = LexborHTMLParser(text, is_fragment=not whole)
     top = [tree.root] if whole else _siblings(tree.root)
     runs, attributes = _runs(top)

@@ -61,6 +61,10 @@ class DocumentTooLarge(DocumentError):
     file and the limit."""
 
 
+class MarkupTooCostly(DocumentTooLarge):
+    """HTML whose parse would cost out of proportion to its size (html_cost.py)."""
+
+
 def unzipped(data: bytes, where: str) -> io.BytesIO:
     """The zip `data` (the file `where`) as a stored copy, once its directory is within the
     caps; each file inflated a chunk at a time, its tags counted."""

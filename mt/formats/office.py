@@ -1,4 +1,4 @@
-"""Word processor files: .docx (python-docx) and .odt (odfdo), a paragraph or heading a block
+"""Office files: .docx (python-docx), .odt and .odp (odfdo), a paragraph or heading a block
 and its text elements (a .docx's `w:t`, an .odt paragraph's text and that of its spans and
 links) its pieces, so that styles, bold and italic runs, fields, notes, pictures, tables,
 headers and footers stay as they were; only those texts change. Deleted text (tracked
@@ -49,17 +49,15 @@ ODT_NOTE = f"{ODF_TEXT}note"  # its citation a mark, its paragraphs blocks of th
 
 def read_docx(data: bytes, limit: TextLimit) -> Document:
     """A .docx file's paragraphs as blocks of their text elements, those of every part that
-    holds text (a part python-docx does not model, the notes, parsed and written back here).
-    An entity (`&x;`, declared in the part's DTD: one that is not is an XML error) is
-    refused: the part is written without its DTD, and Word would not open the file."""
+    holds text (a part python-docx does not model, the notes, parsed and written back here);
+    a part holding an entity is refused (`refuse_entities`)."""
     import docx
 
     document = docx.Document(unzipped(data, limit.where))
     parts = [p for p in document.part.package.iter_parts() if DOCX_TEXT.fullmatch(p.partname)]
     roots = [_docx_root(part) for part in parts]
     for part, root in zip(parts, roots):
-        for entity in root.iter(etree.Entity):
-            raise ValueError(f"{part.partname[1:]}: an entity, {entity}, which Word cannot read")
+        refuse_entities(root, part.partname[1:], "Word")
     # every paragraph however deep: in table cells, content controls and text boxes
     paragraphs = (p for root in roots for p in root.iter(f"{W}p"))
     pieces = (list(_docx_pieces(p)) for p in paragraphs)
@@ -70,7 +68,15 @@ def read_docx(data: bytes, limit: TextLimit) -> Document:
                 part._blob = etree.tostring(root, encoding="UTF-8", standalone=True)
         document.save(out)
 
-    return _document(pieces, save, limit)
+    return document_of(pieces, save, limit)
+
+
+def refuse_entities(root: Any, where: str, reader: str) -> None:
+    """Refuse an XML part of a zip that holds an entity (`&x;`, declared in its DTD: one that
+    is not is an XML error): the library writes it without its DTD, and `reader` would not
+    open the file."""
+    for entity in root.iter(etree.Entity):
+        raise ValueError(f"{where}: an entity, {entity}, which {reader} cannot read")
 
 
 def _docx_root(part: Any) -> Any:
@@ -136,16 +142,30 @@ def read_odt(data: bytes, limit: TextLimit) -> Document:
     """An .odt file's paragraphs and headings (body, tables, frames, notes, comments, and the
     pages' headers and footers; not the deleted text of its tracked changes) as blocks of
     their texts: their own, their spans' and links', and that after each inline element."""
+    return _read_odf(data, limit, "text")
+
+
+def read_odp(data: bytes, limit: TextLimit) -> Document:
+    """An .odp file's paragraphs, as an .odt's are read: those of every slide's frames, text
+    boxes, shapes and tables, and of its speaker notes. The master slides' are kept as they
+    are: their placeholders' prompts ("Click to edit ...") are not shown in a slide show."""
+    return _read_odf(data, limit, "presentation")
+
+
+def _read_odf(data: bytes, limit: TextLimit, kind: str) -> Document:
+    """An OpenDocument file of `kind` (text, presentation): its body's paragraphs, then a
+    text document's page styles' (headers and footers, in styles.xml)."""
     import odfdo
 
     document = odfdo.Document(unzipped(data, limit.where))
-    if document.get_type() != "text":
-        raise ValueError(f"an OpenDocument {document.get_type()}, not a text document")
-    # the body's, then the page styles' (headers and footers, in styles.xml)
-    pages = document.styles.root._xml_element.iter(f"{ODF_STYLE}master-page")
-    paragraphs = (p for root in (document.body._xml_element, *pages) for p in _odt_paragraphs(root))
+    if document.get_type() != kind:
+        raise ValueError(f"an OpenDocument {document.get_type()}, not a {kind} document")
+    roots = [document.body._xml_element]
+    if kind == "text":
+        roots += document.styles.root._xml_element.iter(f"{ODF_STYLE}master-page")
+    paragraphs = (p for root in roots for p in _odt_paragraphs(root))
     pieces = (list(_odt_pieces(p)) for p in paragraphs)
-    return _document(pieces, lambda out: _save_odt(document, out), limit)
+    return document_of(pieces, lambda out: _save_odt(document, out), limit)
 
 
 def _odt_paragraphs(root: Any) -> Iterator[Any]:
@@ -177,9 +197,9 @@ def _odt_pieces(p: Any) -> Iterator[Piece]:
     for event, element in walk:
         if event == "end":
             if element is not p:
-                yield element.tail or "", partial(_set, element, "tail")
+                yield element.tail or "", partial(setattr, element, "tail")
         elif element is p or element.tag in ODT_INLINE:
-            yield element.text or "", partial(_set, element, "text")
+            yield element.text or "", partial(setattr, element, "text")
         else:
             walk.skip_subtree()
             yield _odt_kept(element), None
@@ -195,19 +215,18 @@ def _odt_kept(element: Any) -> str:
     return ""
 
 
-def _set(element: Any, where: str, text: str) -> None:
-    setattr(element, where, text)
-
-
-def _document(
-    walk: Iterable[list[Piece]], save: Callable[[io.BytesIO], None], limit: TextLimit
+def document_of(
+    walk: Iterable[list[Piece]],
+    save: Callable[[io.BytesIO], None],
+    limit: TextLimit,
+    unit: str = "paragraph",
 ) -> Document:
     """The blocks of the paragraphs `walk` reads (each as its pieces), each counted by `limit`
-    as it is read, written back by setting each piece and saving."""
+    as it is read (a `unit`), written back by setting each piece and saving."""
     paragraphs, blocks = [], []
     for pieces in walk:
         kept = {i for i, (_, replace) in enumerate(pieces) if replace is None}
-        blocks.append(limit.count(Block([text for text, _ in pieces], kept), "paragraph"))
+        blocks.append(limit.count(Block([text for text, _ in pieces], kept), unit))
         # one without text is written back as it is: no hold on its elements (memory)
         paragraphs.append(pieces if blocks[-1].source else [])
 
@@ -220,4 +239,4 @@ def _document(
         save(out)
         return out.getvalue()
 
-    return Document(blocks, write, unit="paragraph")
+    return Document(blocks, write, unit=unit)

@@ -18,12 +18,12 @@ language), is returned as it is (its score null, no alternatives); any other goe
 likeliest language a model translates. A pair no model serves is a 400 naming those served.
 LibreTranslate's too: `GET /languages` (each language with its targets), `POST /detect` (each
 text's language among the models', with a confidence of 0 to 100), `GET /frontend/settings`,
-`POST /translate_file` (.txt, .html, .docx, .odt or .srt, the layout kept; its translation
-downloaded from `/download_file/...`) and `POST /suggest` (off: 403). Ours: `GET /` the web
-page, `GET /health` says whether the models are ready, `GET /info` what they are. Errors are
-`{"error": "..."}` with their status: 400 bad input, 403 no valid API key, 408 a body too slow
-to arrive, 413 too long, 415 wrong content type, 429 past a client's limit and 503 loading or
-busy (both with Retry-After); never a traceback.
+`POST /translate_file` (.txt, .html, .docx, .odt, .pptx, .odp, .epub or .srt, the layout kept;
+its translation downloaded from `/download_file/...`) and `POST /suggest` (off: 403). Ours:
+`GET /` the web page, `GET /health` says whether the models are ready, `GET /info` what they
+are. Errors are `{"error": "..."}` with their status: 400 bad input, 403 no valid API key, 408
+a body too slow to arrive, 413 too long, 415 wrong content type, 429 past a client's limit and
+503 loading or busy (both with Retry-After); never a traceback.
 
 Every request's work runs off the event loop: the body is read there, everything else that
 takes CPU (parsing, sentence splitting, documents) in the workers (Service.work), decoding in
@@ -84,6 +84,9 @@ MEDIA_TYPES = {  # /download_file's, by suffix
     ".srt": "application/x-subrip; charset=utf-8",
     ".docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
     ".odt": "application/vnd.oasis.opendocument.text",
+    ".pptx": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    ".odp": "application/vnd.oasis.opendocument.presentation",
+    ".epub": "application/epub+zip",
 }
 
 

@@ -6,7 +6,7 @@ The model loads after the port is bound: until it is ready, /health and /transla
 `STOP_SECONDS`) and exits 0.
 
 What uvicorn leaves open, set as nginx sets it: a request's line and headers at most
-`MAX_HEAD_BYTES` (431 beyond) and all in within `HEAD_SECONDS` (408), a body within
+16 KB (431 beyond, counted as they arrive) and all in within 8 s (408; head.py), a body within
 requests.BODY_SECONDS, at most --max-connections connections (503), X-Forwarded-For believed
 only from --trusted-proxies. Every answer carries `X-Content-Type-Options: nosniff` and a
 Content-Security-Policy that forbids framing; the log escapes what the client wrote.
@@ -34,10 +34,9 @@ if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays 
 from .access import Access
 from .api import Api
 from .batcher import STOP_SECONDS, Service, Settings, log
+from .head import guarded_protocol
 from .responses import error
 
-MAX_HEAD_BYTES = 16 << 10  # a request's line and headers (uvicorn's h11 default)
-HEAD_SECONDS = 8  # from a request's first byte (or the connection) to the end of its headers
 # every answer's: no MIME sniffing, no framing (the page sets a stricter policy of its own)
 HEADERS = [
     (b"x-content-type-options", b"nosniff"),
@@ -128,72 +127,6 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def guarded_protocol() -> type:
-    """uvicorn's httptools protocol with the head's size and time bounded."""
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    class Guarded(HttpToolsProtocol):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.refused, self.head_timer, self.head_bytes = False, None, 0
-
-        def connection_made(self, transport: Any) -> None:
-            super().connection_made(transport)
-            self.start_head()  # a connection that sends nothing is closed too
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self.start_head()
-
-        def start_head(self) -> None:
-            if self.head_timer:
-                self.head_timer.cancel()
-            self.head_bytes = 0
-            timeout = 408, "Request Timeout"
-            self.head_timer = self.loop.call_later(HEAD_SECONDS, self.refuse, *timeout)
-
-        def on_url(self, url: bytes) -> None:
-            self.count(len(url))
-            super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self.count(len(name) + len(value) + 4)
-            super().on_header(name, value)
-
-        def on_headers_complete(self) -> None:
-            self.head_timer.cancel()
-            super().on_headers_complete()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            if self.head_timer:
-                self.head_timer.cancel()
-            super().connection_lost(exc)
-
-        def count(self, size: int) -> None:
-            self.head_bytes += size
-            if self.head_bytes > MAX_HEAD_BYTES:
-                self.refuse(431, "Request Header Fields Too Large")
-                raise ValueError("head too large")  # stops the parser; uvicorn answers nothing more
-
-        def refuse(self, status: int, reason: str) -> None:
-            """Answer `status` and close the connection."""
-            self.head_timer.cancel()
-            if self.refused or self.transport.is_closing():
-                return
-            self.refused = True
-            body = f'{{"error": "{reason}"}}'.encode()
-            head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-            self.transport.write(head.encode() + body)
-            self.transport.close()
-
-        def send_400_response(self, msg: str) -> None:
-            if not self.refused:  # a 431 was already answered
-                super().send_400_response(msg)
-
-    return Guarded
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -11,7 +11,14 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from ..config import beam_holds
-from ..formats import Document, DocumentError, DocumentTooLarge, read_document, read_markup
+from ..formats import (
+    Document,
+    DocumentError,
+    DocumentTooLarge,
+    MarkupTooCostly,
+    read_document,
+    read_markup,
+)
 from .batcher import BadRequest, Settings
 
 MAX_BEAM = 16
@@ -175,6 +182,8 @@ def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Doc
         where = "q" if single else f"q[{i}]"
         try:
             documents.append(read_markup(text, where, settings.max_chars))
+        except MarkupTooCostly as e:
+            raise BadRequest(413, str(e)) from None
         except DocumentTooLarge as e:
             raise BadRequest(413, f"{e} (--max-chars)") from None
         except DocumentError as e:

@@ -246,10 +246,11 @@ class Trainer:
     def _skipped(self, update: Update) -> None:
         """Say why an update did not count; too many non-finite losses in a row diverged."""
         step = self.state.step + 1
-        if update.overflow:  # neither the update count nor the schedule advance
+        if update.overflow and update.fp16:  # neither the update count nor the schedule advance
             say(f"fp16: gradients overflowed at step {step}; update skipped")
             return
-        say(f"warning: non-finite loss at step {step}; update skipped")
+        what = "gradients" if update.overflow else "loss"
+        say(f"warning: non-finite {what} at step {step}; update skipped")
         self.checks.skipped(step)
 
     def _agree_to_stop(self, stop: StopSignal) -> str:

@@ -32,9 +32,12 @@ class Update:
     lr: float
     # before clipping, where train.clip_norm is set; on the device: reading it waits for the GPU
     grad_norm: torch.Tensor | None = None
-    overflow: bool = False  # fp16 gradients overflowed: the scaler skipped the update
+    # gradients not finite though the loss was: the scaler skipped the update; in fp16 they
+    # overflowed (and the scale backs off), in bf16 and fp32 the run is in trouble
+    overflow: bool = False
     padded: int = 0  # padding cells among the `cells` of sources and labels
     cells: int = 0
+    fp16: bool = False  # in fp16, with its gradient scaler
 
     @property
     def counted(self) -> bool:
@@ -109,15 +112,20 @@ class Updater:
         self.device = ranks.device
         self.pad = model.cfg.pad_id  # labels of this id are padding, not targets
         self.optimizer, self.scaler = optimiser.adamw, optimiser.scaler
+        self.fp16 = self.scaler.is_enabled()
+        if not self.fp16 and self.device.type == "cuda":
+            # a scaler at a constant scale of 1 (saved nowhere): the public way a fused
+            # optimiser is told on the GPU to skip its step, the gradients unchanged
+            self.scaler = torch.amp.GradScaler(self.device.type, init_scale=1.0)
         self.loss = loss_in(net, dtype, t, self.pad, compiled)
 
     def __call__(self, batches: list[Batch], lr: float) -> Update:
         """One update at rate `lr` over `batches`; losses normalised by target tokens.
 
-        Nothing waits for the device until the update is enqueued whole: whether it is
-        skipped (a non-finite loss, fp16 gradients that overflowed) is decided on the device,
-        where the fused optimiser skips its step, and the host reads its few numbers once,
-        at the end, for the step count and the schedule."""
+        On a GPU nothing waits for the device until the update is enqueued whole: whether it
+        is skipped (a non-finite loss or gradient, fp16 gradients that overflowed) is decided
+        on the device, where the fused optimiser skips its step, and the host reads its few
+        numbers once, at the end, for the step count and the schedule."""
         tokens = sum(int((b.labels != self.pad).sum()) for b in batches)  # on the host
         global_tokens = self._total_tokens(tokens)
         norm = global_tokens / self.ranks.world  # DDP averages gradients: per-token mean
@@ -136,7 +144,7 @@ class Updater:
         if not math.isfinite(loss):
             return Update(loss, nll, tokens, lr)
         if overflowed:  # the scaler skipped the step
-            return Update(loss, nll, tokens, lr, grad_norm, overflow=True)
+            return Update(loss, nll, tokens, lr, grad_norm, overflow=True, fp16=self.fp16)
         pad = self.pad
         padded = sum(int((b.src == pad).sum() + (b.labels == pad).sum()) for b in batches)
         cells = sum(b.src.numel() + b.labels.numel() for b in batches)
@@ -151,34 +159,30 @@ class Updater:
         return self.ranks.sum_(mine.to(self.device, non_blocking=True))[0]
 
     def _step(self, finite: torch.Tensor, lr: float) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """The optimiser's step, skipped on the device where the loss is not `finite`; the
-        gradient norm before clipping (where measured) and whether fp16 gradients overflowed
-        (the scaler's own decision: a gradient not finite once unscaled), both on the device.
-        """
+        """The optimiser's step, skipped where the loss is not `finite` or a gradient is not;
+        the gradient norm before clipping (where measured) and whether the gradients were not
+        finite though the loss was (fp16: they overflowed), both on the device.
+
+        On a GPU the step is skipped on the device by a gradient scaler (fp16's, or one at a
+        constant scale of 1), so that the host does not wait; on a CPU nothing runs ahead of
+        the host, which reads whether to step (so does MPS's unfused optimiser): the scaler's
+        pass over the gradients would cost more there than the step itself."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        fp16 = self.scaler.is_enabled()
-        if fp16:  # a non-finite loss makes the gradients so: the scaler skips and backs off
+        scaled = self.scaler.is_enabled()
+        if scaled:  # a non-finite loss makes the gradients so: the scaler skips (and backs off)
             torch._foreach_mul_(grads, torch.where(finite, 1.0, math.nan))
         self.scaler.unscale_(self.optimizer)
         grad_norm = None
         if self.t.clip_norm:
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.clip_norm)
-        overflow = torch.zeros((), dtype=torch.bool, device=self.device)
-        if fp16:
-            norm = torch.nn.utils.get_total_norm(grads) if grad_norm is None else grad_norm
-            overflow = finite & ~torch.isfinite(norm)
-            self.scaler.step(self.optimizer)  # skipped by the scaler's found_inf, on the device
-            self.scaler.update()
-        elif self.optimizer.defaults.get("fused"):
-            self.optimizer.found_inf = (~finite).float()  # the protocol GradScaler uses
-            self.optimizer.grad_scale = None
-            try:
-                self.optimizer.step()
-            finally:
-                del self.optimizer.found_inf, self.optimizer.grad_scale
-        elif finite:  # an unfused optimiser (MPS) cannot skip on the device: the host reads
+        norm = torch.nn.utils.get_total_norm(grads) if grad_norm is None else grad_norm
+        overflow = finite & ~torch.isfinite(norm)
+        if scaled:
+            self.scaler.step(self.optimizer)  # skipped on the device where not finite
+            self.scaler.update(None if self.fp16 else 1.0)  # fp16's scale grows or backs off
+        elif finite & ~overflow:  # the host reads
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm, overflow

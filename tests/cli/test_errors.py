@@ -30,7 +30,7 @@ from helpers.files import (
     tmpfs,
 )
 from helpers.runs import tiny_config
-from mt import checkpoint, files
+from mt import checkpoint
 from mt.training.trainer import train
 
 
@@ -412,15 +412,6 @@ def test_usage_errors_are_one_line(cli_main):
     ]:
         code, _, err = cli_main(*argv)
         assert code == 2 and err.count("\n") == 1 and culprit in err, err
-
-
-def test_leftovers_of_dead_processes_are_removed_where_the_folder_is_next_written(tmp_path):
-    dead = tmp_path / ".data.tmp-999999999"  # no such process
-    dead.mkdir()
-    mine = tmp_path / f".data.tmp-{os.getppid()}"  # a live writer's: kept
-    mine.mkdir()
-    files.atomic_write_text(tmp_path / "data", "x")
-    assert not dead.exists() and mine.exists()
 
 
 def test_a_half_written_metrics_line_is_skipped_with_a_warning(trained, tmp_path, capsys):

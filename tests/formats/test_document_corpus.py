@@ -1,9 +1,11 @@
-"""Documents made by real tools, kept whole (issue 43): a markdown text turned by pandoc into
-.docx, .odt and .html at test time, LibreOffice's .docx and .odt of those where it is installed,
-and the documents the installed python-docx and odfdo ship, translated by a stand-in that
-upper-cases its text. For each: every non-empty text element in is a non-empty element out,
-translated (but an HTML page's CSS); the same text is the same unit (so translates the same)
-in every format; and the output opens in the tool that made the input."""
+"""Documents made by real tools, kept whole (issues 43 and 53): a markdown text turned by pandoc
+into .docx, .odt, .html, .epub and .pptx at test time, LibreOffice's .docx, .odt and .odp of
+those where it is installed, and the documents the installed python-docx and odfdo ship,
+translated by a stand-in that upper-cases its text. For each: every non-empty text element in
+is a non-empty element out, translated (but an HTML page's CSS, a field, a book's identifiers);
+the same text is the same unit (so translates the same) in every format; the structure is
+the same (slides, notes, tables, chapters); and the output opens in the tool that made the
+input."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from lxml import etree
 
 from helpers.documents import need, plain, shout, soffice, text_nodes, translated, units
 from mt.formats import DocumentError, read_document, translate_documents
@@ -27,6 +30,10 @@ title: Aesop's fables
 
 The North Wind and the Sun disputed which was the stronger, when a traveller came
 along wrapped in a warm cloak.[^wind]
+
+::: notes
+Tell the story slowly, and show the **cloak**.
+:::
 
 They agreed that the one who first made the traveller take off his cloak should be
 considered stronger than the other.
@@ -43,9 +50,12 @@ A fox saw some *ripe black grapes* hanging from a trellised vine. See
 
 [^wind]: An old story, told in many languages.
 """
-PANDOC = ("docx", "odt", "html")
+PANDOC = ("docx", "odt", "html", "epub")  # pandoc writes and reads them
 LIBREOFFICE = {"docx": "docx:MS Word 2007 XML", "odt": "odt"}  # what each is converted to
-CODE = {"style", "script"}  # an HTML page's CSS and scripts, never translated
+# the elements whose text is kept: an HTML page's CSS and scripts, a field (a slide's number),
+# a book's identifiers, dates, language and authors' names
+KEPT = {"style", "script", "page-number", "fld", "identifier", "date", "language", "creator"}
+KEPT.add("meta")
 
 
 def pandoc(source: Path, out: Path, *options: str) -> Path:
@@ -61,7 +71,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     source.write_text(MARKDOWN, encoding="utf-8")
     return {
         kind: pandoc(source, folder / f"fables.{kind}", *(["-s"] if kind == "html" else []))
-        for kind in PANDOC
+        for kind in (*PANDOC, "pptx")
     }
 
 
@@ -76,12 +86,16 @@ def remade(made, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def whole(source: Path, out: Path) -> None:
     """Every non-blank text of `source` is one of `out`, in order, in the same element, and
-    translated (code kept)."""
+    translated (code, fields and identifiers kept)."""
     kind = source.suffix[1:]
     before = text_nodes(kind, source.read_bytes())
     assert before, f"{source.name}: no text found"
-    expected = [(tag, text if tag in CODE else text.upper()) for tag, text in before]
-    assert text_nodes(kind, out.read_bytes()) == expected
+    assert text_nodes(kind, out.read_bytes()) == shouted(before)
+
+
+def shouted(texts: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(element, text) each as the stand-in translates it."""
+    return [(tag, text if tag in KEPT else text.upper()) for tag, text in texts]
 
 
 def translated_file(source: Path, folder: Path) -> Path:
@@ -117,6 +131,88 @@ def test_libreoffice_documents_come_back_whole_translated_and_open_in_libreoffic
     assert "The Fox and the Grapes" in before and len(before) > 10
 
 
+@pytest.fixture(scope="module")
+def slides(made, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """pandoc's .pptx, and LibreOffice's .odp of it (where installed, else skipped then)."""
+    folder = tmp_path_factory.mktemp("impress")
+    return {"pptx": made["pptx"], "odp": lambda: soffice(made["pptx"], "odp", folder)}
+
+
+def deck(path: Path) -> list:
+    """A presentation's structure, slide by slide, as its library reads it: each shape's kind,
+    name and table size, and whether it has notes (.pptx); each frame, table row and notes
+    of a page (.odp)."""
+    if path.suffix == ".pptx":
+        import pptx
+
+        return [
+            (
+                [(s.shape_type, s.name, s.has_table and len(s.table.rows)) for s in slide.shapes],
+                slide.has_notes_slide,
+            )
+            for slide in pptx.Presentation(str(path)).slides
+        ]
+    import odfdo
+
+    parts = "descendant::draw:frame | descendant::table:table-row | descendant::presentation:notes"
+    pages = odfdo.Document(str(path)).body.get_draw_pages()
+    return [[(e.tag, e.get_attribute("draw:name")) for e in p.get_elements(parts)] for p in pages]
+
+
+@pytest.mark.parametrize("kind", ["pptx", "odp"])
+def test_slides_come_back_whole_with_their_slides_notes_and_tables(slides, kind, tmp_path):
+    source = slides[kind] if kind == "pptx" else slides[kind]()
+    out = translated_file(source, tmp_path)
+    whole(source, out)
+    shape = deck(source)
+    assert deck(out) == shape and len(shape) == 3  # the title, the fables, the footnotes
+    texts = units(source)
+    assert "Tell the story slowly, and show the cloak." in texts  # the speaker notes
+    assert {"The fox", "The grapes on the vine", "A piece of cheese"} <= set(texts)  # a table
+
+
+@pytest.mark.parametrize("kind", ["pptx", "odp"])
+def test_slides_translated_open_in_libreoffice(slides, kind, tmp_path):
+    source = slides[kind] if kind == "pptx" else slides[kind]()
+    out = translated_file(source, tmp_path)
+    other = "odp" if kind == "pptx" else "pptx"  # LibreOffice reads it and writes the other
+    before = text_nodes(other, soffice(source, other, tmp_path / "before").read_bytes())
+    assert text_nodes(other, soffice(out, other, tmp_path / "after").read_bytes()) == shouted(
+        before
+    )
+    assert ("t" if other == "pptx" else "span", "The Fox and the Grapes") in before
+
+
+def test_a_book_keeps_its_members_chapters_and_table_of_contents(made, tmp_path):
+    source = made["epub"]
+    out = translated_file(source, tmp_path)
+    before, after = zipfile.ZipFile(source), zipfile.ZipFile(out)
+    listing = [(i.filename, i.compress_type) for i in before.infolist()]
+    assert [(i.filename, i.compress_type) for i in after.infolist()] == listing
+    assert listing[0] == ("mimetype", zipfile.ZIP_STORED)
+    for name in before.namelist():  # every element and attribute where it was
+        if name.endswith((".xhtml", ".ncx", ".opf")):
+            assert elements(after.read(name)) == elements(before.read(name)), name
+        else:
+            assert after.read(name) == before.read(name), name
+    ncx = [text for tag, text in text_nodes("epub", out.read_bytes()) if tag == "text"]
+    # the book's title, each entry's label
+    title, fables = "AESOP’S FABLES", ["THE NORTH WIND AND THE SUN", "THE FOX AND THE GRAPES"]
+    assert ncx == [title, title, *fables]
+    dc_title = "{http://purl.org/dc/elements/1.1/}title"
+    assert etree.fromstring(after.read("EPUB/content.opf")).findtext(f".//{dc_title}") == title
+
+
+def elements(xml: bytes) -> list[tuple[str, dict]]:
+    """An XML document's elements in order, with their attributes (those a reader sees as
+    text translated)."""
+    root = etree.fromstring(xml)
+    return [
+        (e.tag, {k: v.upper() if k in ("alt", "title") else v for k, v in e.attrib.items()})
+        for e in root.iter()
+    ]
+
+
 BODY = [
     "The North Wind and the Sun",
     "The Fox and the Grapes",
@@ -130,11 +226,12 @@ BODY = [
 @pytest.mark.parametrize("tool", ["pandoc", "libreoffice"])
 def test_the_same_text_is_the_same_unit_in_every_format(request, tool):
     documents = request.getfixturevalue("made" if tool == "pandoc" else "remade")
-    found = {kind: units(path) for kind, path in documents.items()}
-    if "html" in found:
-        found["html"] = [text.removesuffix("↩︎") for text in found["html"]]  # a note's way back
-        assert "A fox under a vine" in found["html"]  # alt text: HTML's own
-        assert "Aesop’s fables" in found["html"]  # the title (pandoc's quote)
+    # (a .pptx's footnote is text of its own: "1. An old story ...")
+    found = {kind: units(path) for kind, path in documents.items() if kind != "pptx"}
+    for kind in set(found) & {"html", "epub"}:
+        found[kind] = [text.removesuffix("↩︎") for text in found[kind]]  # a note's way back
+        assert "A fox under a vine" in found[kind]  # alt text: HTML's own
+        assert "Aesop’s fables" in found[kind]  # the title (pandoc's quote)
     for kind, texts in found.items():
         assert set(BODY) <= set(texts), kind
 

@@ -7,17 +7,14 @@ Good documents still read as before."""
 from __future__ import annotations
 
 import io
-import re
-import signal
-import struct
 import tracemalloc
 import zipfile
-import zlib
 
 import pytest
 
 pytest.importorskip("selectolax")
 
+from helpers.documents import lying, replaced
 from mt.decoding.constraints import glossary_terms
 from mt.formats import DocumentError, DocumentTooLarge, limits, read_document, read_markup
 from mt.formats.pieces import Block, cut
@@ -25,19 +22,7 @@ from mt.serve.batcher import BadRequest
 from mt.serve.requests import parse_glossary, parse_multipart
 from mt.text.sentences import Layout
 
-SECONDS = 10  # each test takes well under one; the regressions took 13 s to minutes
-
-
-@pytest.fixture(autouse=True)
-def deadline():
-    def expired(signum, frame):
-        raise TimeoutError(f"over {SECONDS} s: is a parser super-linear again?")
-
-    before = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, SECONDS)
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, before)
+pytestmark = pytest.mark.usefixtures("deadline")  # (tests/conftest.py)
 
 
 # HTML
@@ -124,18 +109,6 @@ def odt_file() -> bytes:
     return data.getvalue()
 
 
-def replaced(data: bytes, name: str, content: bytes, method: int = zipfile.ZIP_DEFLATED) -> bytes:
-    """The zip `data` with its member `name` holding `content`, compressed by `method`."""
-    out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as made:
-        for info in source.infolist():
-            body = content if info.filename == name else source.read(info)
-            made.writestr(
-                info.filename, body, method if info.filename == name else info.compress_type
-            )
-    return out.getvalue()
-
-
 DOCUMENT_XML = (
     b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:document xmlns:w="http://'
     b'schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body>%s</w:body></w:document>'
@@ -181,21 +154,12 @@ def test_a_deflate_bomb_is_refused_by_its_declared_size_or_ratio(monkeypatch):
 
 
 def test_a_member_lying_about_its_size_is_inflated_a_chunk_at_a_time():
-    """Its header says 1,000 bytes (and a CRC to match them): zipfile cuts it there, but a
+    """64 MiB said to be 1,000 bytes (helpers.documents.lying): zipfile cuts it there, but a
     library reading it whole would inflate all 64 MiB first."""
-    content = DOCUMENT_XML % (b" " * (64 << 20))
-    data = bytearray(replaced(docx_file(), "word/document.xml", content))
-    name = b"word/document.xml"  # its central directory record: CRC at 16, size at 24
-    at = next(
-        m.start()
-        for m in re.finditer(b"PK\x01\x02", data)
-        if data[m.start() + 46 :].startswith(name)
-    )
-    struct.pack_into("<I", data, at + 16, zlib.crc32(content[:1000]))
-    struct.pack_into("<I", data, at + 24, 1000)
+    data = lying(docx_file(), "word/document.xml", DOCUMENT_XML % (b" " * (64 << 20)))
     tracemalloc.start()
     with pytest.raises(DocumentError, match=r"^a.docx: not a valid .docx file"):
-        read_document("a.docx", bytes(data))
+        read_document("a.docx", data)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 32 << 20

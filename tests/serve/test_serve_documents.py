@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
+from helpers.documents import epub_file, slides_file
 from helpers.serving import call, expected, headless_chromium, multipart
 
 pytest.importorskip("selectolax")
@@ -79,7 +80,23 @@ def test_the_libretranslate_client_drives_html_and_files(server, tmp_path):
         assert back.tables[0].cell(0, 0).text == ""
 
 
+@pytest.mark.parametrize("kind", ["pptx", "odp", "epub"])
+def test_slides_and_books_are_translated_through_translate_file(server, kind):
+    address, service = server
+    texts = ["I love the cat.", "Good morning."]
+    data = epub_file("".join(f"<p>{t}</p>" for t in texts)) if kind == "epub" else None
+    data = data or slides_file(kind, texts)
+    status, answer, _ = call(address, "/translate_file", *multipart(f"deck.{kind}", data))
+    assert status == 200 and answer["translatedFileUrl"].endswith(f"deck.{kind}")
+    with urllib.request.urlopen(f"http://{address}{answer['translatedFileUrl']}") as got:
+        back = read_document(f"deck.{kind}", got.read())
+    want = read_document(f"deck.{kind}", local(service, [read_document(f"deck.{kind}", data)])[0])
+    assert back.units == want.units and len(back.blocks) == len(want.blocks)
+
+
 SUBTITLES = b"1\n00:00:01,000 --> 00:00:02,000\nHello.\n\n"
+NESTED = "<div>" * 77_000 + "Hi."  # 385 KB whose parse takes 18 s unchecked
+REOPENED = "<p>" + "".join(f"<b id={i}>" for i in range(300)) + "<p>x" * 4_000  # +476 MB
 
 
 @pytest.mark.parametrize(
@@ -93,6 +110,9 @@ SUBTITLES = b"1\n00:00:01,000 --> 00:00:02,000\nHello.\n\n"
         ("/translate_file", multipart("a.srt", SUBTITLES.replace(b"2,", b"x,")), 400, "a.srt: not"),
         ("/translate_file", multipart("a.pdf", b"%PDF-1.4"), 400, "a.pdf: file format not sup"),
         ("/translate_file", multipart("a.html", b"<img src=x>"), 400, "a.html: no text to trans"),
+        ("/translate_file", multipart("n.html", NESTED.encode()), 413, "n.html: markup nested"),
+        ("/translate_file", multipart("r.html", REOPENED.encode()), 413, "r.html: markup that"),
+        ("/translate", {"q": NESTED[-300_000:], "format": "html"}, 413, "q: markup nested too"),
         (
             "/translate_file",
             multipart(
@@ -141,10 +161,19 @@ def test_mt_translate_translates_documents_and_refuses_bad_ones(cli_main, model,
     assert code == 0 and err.endswith("carta.docx\n")
     back = docx.Document(str(tmp_path / "carta.docx"))
     assert [r.bold for r in back.paragraphs[1].runs] == [None, True, None]
+    (tmp_path / "book.epub").write_bytes(epub_file("<p>I love the cat.</p>"))
+    book = ["--file", str(tmp_path / "book.epub")]
+    libro = tmp_path / "libro.epub"
+    code, _, err = cli_main("translate", "--checkpoint", str(model), *book, "--out", str(libro))
+    assert code == 0 and read_document(libro.name, libro.read_bytes()).units
     (tmp_path / "broken.srt").write_bytes(b"1\n00:00:0x --> 00:00:02,000\nHi\n")
     (tmp_path / "a.pdf").write_bytes(b"%PDF")
+    (tmp_path / "r.html").write_text(REOPENED, encoding="utf-8")
     bad = [
+        (["--file", str(tmp_path / "r.html")], "r.html: markup that makes the parser build"),
+        (["--format", "html", NESTED[-100_000:]], "argument 1: markup nested too deeply"),
         (["--file", str(tmp_path / "letter.docx")], "letter.docx: a .docx file needs --out"),
+        (book, "book.epub: a .epub file needs --out"),
         (["--file", str(tmp_path / "broken.srt")], "broken.srt: not a valid .srt file"),
         (["--file", str(tmp_path / "a.pdf")], "a.pdf: file format not supported"),
         (["--file", str(page), "--out", str(page)], "page.html: is the --file itself"),

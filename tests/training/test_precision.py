@@ -179,6 +179,41 @@ def test_fp16_overflow_skips_the_update_without_advancing_count_or_schedule(
     assert state["scaler"]["scale"] < 2.0**28
 
 
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.mark.parametrize(
+    "precision, device",
+    [("fp32", "cpu"), ("bf16", "cpu"), pytest.param("fp32", "cuda", marks=GPU)],
+)
+def test_gradients_not_finite_under_a_finite_loss_skip_the_update(
+    corpus_file, tmp_path, monkeypatch, capsys, precision, device
+):
+    """Skipped as a non-finite loss is (on a GPU by a gradient scaler at scale 1, on the
+    device): the weights and the optimiser's state stay, the step count does not advance."""
+    import mt.training.loss as mt_loss
+
+    run = tmp_path / "run"
+    common = (f"train.precision={precision}", f"run.device={device}", "train.log_every=1")
+    train(tiny_config(corpus_file, run, "train.max_steps=2", *common))
+    real, calls = mt_loss.smoothed_loss, []
+
+    def nan_gradients(logits, target, epsilon, pad):
+        loss, nll = real(logits, target, epsilon, pad)
+        calls.append(1)
+        if len(calls) == 1:  # its value unchanged, its gradient 0 * inf: NaN
+            loss = loss + torch.sqrt(logits.float().sum() * 0.0) * 0.0
+        return loss, nll
+
+    monkeypatch.setattr(mt_loss, "smoothed_loss", nan_gradients)
+    result = train(tiny_config(corpus_file, run, "train.max_steps=4", *common))
+    assert result["step"] == 4
+    assert "non-finite gradients at step 3; update skipped" in capsys.readouterr().err
+    state = checkpoint.load_trainer_state((run / "checkpoints" / "last").resolve())
+    assert {float(s["step"]) for s in state["optimizer"]["state"].values()} == {4.0}
+    assert all(torch.isfinite(w).all() for w in weights(run).values())
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_decoding_in_reduced_precision_finds_the_float32_translations(precision):
     model, sources, _, _ = trained_model()
