@@ -9,10 +9,10 @@ import shutil
 
 from helpers.corpus import PAIRS
 from helpers.runs import metric_lines, tiny_trained
-from mt.export.to_ctranslate2 import to_ctranslate2
-from mt.export.to_marian import to_marian
 from mt.decoding.engine import open_translator
 from mt.decoding.trained import METADATA, Trained
+from mt.export.to_ctranslate2 import to_ctranslate2
+from mt.export.to_marian import to_marian
 
 SPANS = "Hello {{name}}, see https://example.org/a?b=1 at 10:30 on 2024-05-01, or mail bob@x.org."
 
