@@ -98,11 +98,22 @@ def source_pieces(tokenizer: Tokenizer, texts: Sequence[str], limit: int, lead: 
         cut = (
             [text_ids]
             if len(text_ids) <= room
-            else split_at_breaks(text_ids, room, breaks(tokenizer, text_ids))
+            else as_sources(
+                tokenizer, split_at_breaks(text_ids, room, breaks(tokenizer, text_ids)), room
+            )
         )
         ids += [leading + piece for piece in cut]
         counts.append(len(cut))
     return Pieces(ids, counts)
+
+
+def as_sources(tokenizer: Tokenizer, pieces: list[list[int]], room: int) -> list[list[int]]:
+    """Each piece encoded again as a source of its own text starts, without the space that
+    led it mid-sentence (as the model saw every training source begin); one that would not
+    fit so stays as cut."""
+    texts = [text.strip() for text in tok.detokenize(tokenizer, pieces)]
+    again = tok.encode(tokenizer, texts)
+    return [new if len(new) <= room else old for old, new in zip(pieces, again)]
 
 
 def lead_ids(tokenizer: Tokenizer, language: str) -> list[int]:
