@@ -4,8 +4,8 @@ model copied anywhere decodes as in its run folder:
 
 - the length it carries (`carried`, source tokens): the longest of data.max_length, half of
   it, a quarter, ... at which validation sentences joined into lines of that many tokens
-  translate within CARRIED_BLEU of the same sentences one by one (`measure_carried`, at each
-  validation). A source longer is cut into pieces (mt.decoding.pieces). A model never
+  translate within CARRIED_BLEU of the same sentences one by one, else the nearest
+  (`measure_carried`, at each validation). A source longer is cut into pieces (mt.decoding.pieces). A model never
   measured carries data.max_length, the longest example it was trained on.
 - its length ratio (`ratio`): target tokens per source token of its training split, the
   coverage guard's measure (mt.decoding.coverage); DEFAULT_RATIO where not known.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -74,23 +75,27 @@ def measure_carried(
     bleu: Callable[[Sequence[str], Sequence[str]], float],
 ) -> int:
     """The length carried (see the module's doc): `sources` of `lengths` tokens, their
-    `references` and their translations one by one (`singles`), joined into lines of at most
-    `longest` tokens, then half as many, ...: the first whose lines `translate` (texts, the
-    longest piece) gives within CARRIED_BLEU of the singles joined alike. A length at which
-    no line holds two sentences is carried as it is."""
-    limit = longest
+    `references` and their translations one by one, whole (`singles`), joined into lines of
+    at most `longest` tokens, then half as many, ...: the first length whose lines `translate`
+    (texts, the longest piece: a longer sentence is cut) gives within CARRIED_BLEU of the
+    singles joined alike; where none is, the one that comes nearest. Too long a length loses
+    the joined lines, too short a one cuts the sentences; a length that joins no two
+    sentences and cuts none is the singles themselves."""
+    limit, best, best_bleu = longest, longest, -math.inf
     while limit > 1:
         lines = _lines(lengths, limit)
-        if all(end - start == 1 for start, end in lines):
+        if all(end - start == 1 for start, end in lines) and max(lengths, default=0) <= limit:
             return limit
         joined = [
             [" ".join(side[a:b]) for a, b in lines] for side in (sources, references, singles)
         ]
-        found = translate(joined[0], limit)
-        if bleu(found, joined[1]) >= bleu(joined[2], joined[1]) - CARRIED_BLEU:
+        found = bleu(translate(joined[0], limit), joined[1])
+        if found >= bleu(joined[2], joined[1]) - CARRIED_BLEU:
             return limit
+        if found > best_bleu:
+            best, best_bleu = limit, found
         limit //= 2
-    return max(limit, 1)
+    return best
 
 
 def _lines(lengths: Sequence[int], limit: int) -> list[tuple[int, int]]:

@@ -115,6 +115,14 @@ def test_the_length_carried_is_the_longest_whose_joined_lines_score_as_one_by_on
     asked.clear()
     assert measure_carried(model_of(8), sources, references, singles, lengths, 64, bleu) == 8
     assert asked == [64, 32, 16, 8]
-    # lines of one sentence: nothing joined, carried as it is
-    assert measure_carried(model_of(0), sources, references, singles, [9] * 8, 8, bleu) == 8
+    # lines of one sentence, none cut: the singles themselves
+    assert measure_carried(model_of(0), sources, references, singles, [3] * 8, 3, bleu) == 3
+
+    def peaked(lines, limit):  # half the lines right at 16 tokens, none at any other length
+        return [
+            x.replace("s", "r") if limit == 16 and k % 2 == 0 else "?" for k, x in enumerate(lines)
+        ]
+
+    uneven = [3] * 7 + [20]  # the last is cut at any length under 20
+    assert measure_carried(peaked, sources, references, singles, uneven, 64, bleu) == 16
     assert CARRIED_BLEU == 2.0
