@@ -23,7 +23,7 @@ still has them, the decoding rules of issue 43 (connectives mined from the train
 pieces of the 98th percentile of its sources, each given as a sentence).
 
     python scripts/bench_long.py runs/recipe --data ../shared/data [--split valid] [--beam 5]
-        [--only joined,longest,spans,whole,flores] [--pairs 320]
+        [--only joined,longest,spans,whole,flores] [--pairs 320] [--set decode.KEY=VALUE]
 """
 
 from __future__ import annotations
@@ -305,8 +305,9 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--only", default="joined,longest,spans,whole,flores")
     parser.add_argument("--policies", default="model")
+    parser.add_argument("--set", action="append", default=[], help="decode.KEY=VALUE")
     args = parser.parse_args()
-    translator = open_translator(args.model, device="cpu")
+    translator = open_translator(args.model, device="cpu", decode=args.set)
     policies = Policies(translator, args.beam, args.policies.split(","))
     pairs = read_pairs_jsonl(args.data / f"tatoeba_en_es.{args.split}.jsonl.gz", "en", "es")
     train = read_pairs_jsonl(args.data / "tatoeba_en_es.train.jsonl.gz", "en", "es")
