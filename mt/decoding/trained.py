@@ -5,8 +5,9 @@ model copied anywhere decodes as in its run folder:
 - the length it carries (`carried`, source tokens): the longest of data.max_length, half of
   it, a quarter, ... at which validation sentences joined into lines of that many tokens
   translate within CARRIED_BLEU of the same sentences one by one, else the nearest
-  (`measure_carried`, at each validation). A source longer is cut into pieces (mt.decoding.pieces). A model never
-  measured carries data.max_length, the longest example it was trained on.
+  (`measure_carried`, at each validation). A source longer is cut into pieces
+  (mt.decoding.pieces). A model never measured carries data.max_length, the longest example
+  it was trained on.
 - its length ratio (`ratio`): target tokens per source token of its training split, the
   coverage guard's measure (mt.decoding.coverage); DEFAULT_RATIO where not known.
 """
