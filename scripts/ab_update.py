@@ -2,8 +2,8 @@
 recipe's updates (scripts/profile_update.py builds them) in variants that alternate update by
 update in one process (in both orders), so that a machine shared with other work slows all
 alike. Prints one JSON object: target tokens/s of each variant after its warm-up, the ratio
-to the first, that ratio in each quarter of the run (its spread), and each variant's warm-up
-time (compiling, for a compiled one).
+to the first, that ratio in each quarter of the run (its spread) and their median, and each
+variant's warm-up time (compiling, for a compiled one).
 
     python scripts/ab_update.py --data ../shared/data --variants base,compiled [--updates 60]
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -122,7 +123,8 @@ def main() -> None:
                     name: {
                         "target_tokens_per_s": rate(v),
                         "ratio": rate(v) / rate(first),
-                        "quarters": [rate(v, p) / rate(first, p) for p in parts],
+                        "quarters": (q := [rate(v, p) / rate(first, p) for p in parts]),
+                        "median_of_quarters": statistics.median(q),
                         "warmup_s": v.warmup_s,
                         "seconds": [round(x, 3) for x in v.seconds],
                     }
