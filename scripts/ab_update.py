@@ -64,10 +64,12 @@ def build(name: str, config, prepared, vocab: int, count: int) -> Variant:
                 torch.set_num_threads(THREADS)
 
         return Variant(one_thread, batches)
-    if name == "compiled":  # one graph for every shape (dynamic=True)
+    if name == "compiled":  # shapes symbolic (dynamic=True), not a graph for each
         one_chunk = mt.training.loss._chunks
 
-        def chunks(logits):  # one chunk: no loop whose length is a guard on the shape
+        # one chunk, no loop whose length is a guard on the shape; for every variant of the
+        # process, which computes the same (a recipe batch's logits are one chunk anyway)
+        def chunks(logits):
             rows = max(1, mt.training.loss.CHUNK // logits.size(-1))
             return [slice(None)] if len(logits) <= rows else one_chunk(logits)
 
