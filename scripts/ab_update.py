@@ -26,7 +26,6 @@ from pathlib import Path
 import torch
 from profile_update import LR, recipe, training_batches, updater_for
 
-import mt.training.loss
 from mt.device import cpu_description
 
 VARIANTS = ("base", "packed", "foreach", "threads1", "compiled")
@@ -65,15 +64,6 @@ def build(name: str, config, prepared, vocab: int, count: int) -> Variant:
 
         return Variant(one_thread, batches)
     if name == "compiled":  # shapes symbolic (dynamic=True), not a graph for each
-        one_chunk = mt.training.loss._chunks
-
-        # one chunk, no loop whose length is a guard on the shape; for every variant of the
-        # process, which computes the same (a recipe batch's logits are one chunk anyway)
-        def chunks(logits):
-            rows = max(1, mt.training.loss.CHUNK // logits.size(-1))
-            return [slice(None)] if len(logits) <= rows else one_chunk(logits)
-
-        mt.training.loss._chunks = chunks
         updater.loss = torch.compile(updater.loss, dynamic=True)
         return Variant(lambda b: updater([b], LR), batches)
     raise SystemExit(f"unknown variant {name}: {', '.join(VARIANTS)}")
