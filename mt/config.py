@@ -157,7 +157,8 @@ class TrainConfig:
     # auto: bf16 on GPUs with native bf16, fp16 (loss-scaled) on older GPUs; on a CPU,
     # measured on the first batch (forward and backward passes in fp32 and bf16, interleaved,
     # before the first update): bf16 if at least 10% faster, kept on resume (what it gives
-    # by CPU: docs/benchmarks.md, "bf16 against fp32 on CPUs"); fp32 elsewhere. Weights and
+    # by CPU: docs/benchmarks.md, "bf16 against fp32 on CPUs"; not tried where the CPU has
+    # no bf16 instructions, which emulate it 30x slower); fp32 elsewhere. Weights and
     # checkpoints stay float32 in every precision
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # torch.compile the model and the loss, rehearsed on the first batch (timed, uncompiled

@@ -83,6 +83,18 @@ def cpu_flags() -> set[str]:
     return cpu_info()[1]
 
 
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # an x86 CPU's bf16 instructions
+
+
+def cpu_bf16_emulated() -> bool:
+    """Whether this CPU's flags say it has no bf16 instructions (an AVX2 Zen 3, a Skylake):
+    bf16 products are then computed in float32 after conversions, tens of times slower than
+    float32 itself. False where the flags cannot be read (no /proc/cpuinfo, an Arm CPU's
+    `Features`): unknown, not emulated."""
+    flags = cpu_flags()
+    return bool(flags) and not any(f in flags for f in BF16_FLAGS)
+
+
 def cpu_amx_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in AMX tiles the OS lets us use: torch's
     check (which also asks Linux for the tile state), and the amx_bf16 flag where readable."""
