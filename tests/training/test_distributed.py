@@ -170,7 +170,9 @@ def test_ranks_train_in_lockstep_and_stop_together_though_their_bleu_differs(cor
     # 10 (best), 10, 10: patience 2 is out at step 3 on both ranks; rank 1 never decoded
     assert r0["reason"] == r1["reason"] == "no better validation BLEU in 2 validations"
     assert r0["step"] == r1["step"] == 3
-    assert (r0["scored"], r1["scored"]) == (3, 0)
+    # each of rank 0's 3 validations scores its BLEU, then the joined lines and the singles of
+    # the first length it tries for the length carried (the same BLEU: carried there)
+    assert (r0["scored"], r1["scored"]) == (3 * 3, 0)
     assert (tmp_path / "run" / "checkpoints" / "best").is_dir()  # written by rank 0 only
     assert not list((tmp_path / "run" / "checkpoints").glob(".step-*"))
 
