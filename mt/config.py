@@ -236,9 +236,9 @@ class DecodeConfig:
     # training corpus's target/source ratio, mt.decoding.coverage) is translated again in
     # smaller pieces, once, and flagged if still short; 0: no guard
     coverage: float = resumable(0.5)
-    # validation, translate and evaluate; auto: train.precision's rule on GPUs; on a CPU
-    # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
-    # translations (bf16's differ a little) depend on the machine's load (docs/train.md)
+    # validation, translate and evaluate; auto: train.precision's rule on GPUs, fp32 on a
+    # CPU: there a text translates the same alone or in any batch (bf16 does not, and gained
+    # little: docs/translate.md, "Decoding precision")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
     # more checkpoints of the same tokenizers decoded with the model as one ensemble: each
     # step averages the models' probabilities (fairseq's rule)

@@ -97,7 +97,8 @@ def cpu_bf16_emulated() -> bool:
 
 def cpu_amx_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in AMX tiles the OS lets us use: torch's
-    check (which also asks Linux for the tile state), and the amx_bf16 flag where readable."""
+    check (which also asks Linux for the tile state), and the amx_bf16 flag where readable.
+    Benchmark records say it: no precision is chosen by it (`precision_for`)."""
     init_amx = getattr(torch._C._cpu, "_init_amx", None)
     flags = cpu_flags()
     return bool(init_amx and init_amx()) and (not flags or "amx_bf16" in flags)
@@ -111,15 +112,14 @@ def precision_for(
     name: str,
     device: torch.device,
     capability: tuple[int, int] | None = None,
-    amx_bf16: bool | None = None,
 ) -> tuple[torch.dtype | None, str]:
     """The autocast dtype (None: plain float32) for `train.precision` or `decode.precision`
-    `name` on `device`, and why. `auto` picks what pays: bf16 on GPUs with native bf16
-    (compute capability 8.0 on), fp16 with a gradient scaler on older ones, bf16 on CPUs
-    with AMX bf16 units, float32 elsewhere. Training measures instead on a CPU (the
-    rehearsal's `rehearsal.measure_precision`): this CPU rule is decoding's. `capability` (the
-    CUDA device's) and `amx_bf16` default to what this machine has; the choice is a pure
-    function of the arguments given.
+    `name` on `device`, and why. `auto` picks bf16 on GPUs with native bf16 (compute
+    capability 8.0 on), fp16 with a gradient scaler on older ones, and float32 elsewhere. On a
+    CPU float32 is decoding's rule even with AMX bf16 units: only there does a text translate
+    the same whatever it is batched with (docs/translate.md, "Decoding precision"); training
+    measures instead (the rehearsal's `rehearsal.measure_precision`). `capability` (the CUDA
+    device's) defaults to this machine's; the choice is a pure function of the arguments.
     """
     if name != "auto":
         return DTYPES[name], f"{name} as configured"
@@ -132,9 +132,7 @@ def precision_for(
             "native bf16"
         )
     if device.type == "cpu":
-        if cpu_amx_bf16() if amx_bf16 is None else amx_bf16:
-            return torch.bfloat16, "auto: bf16, this CPU has AMX bf16 units"
-        return None, "auto: fp32, this CPU has no AMX bf16 units"
+        return None, "auto: fp32 on a CPU, where a text's translation is batch-invariant"
     return None, f"auto: fp32 on {device.type}"
 
 

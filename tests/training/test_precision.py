@@ -36,12 +36,11 @@ CPU, CUDA, MPS = torch.device("cpu"), torch.device("cuda", 0), torch.device("mps
         ("auto", CUDA, {"capability": (8, 0)}, torch.bfloat16, "native on this GPU"),
         ("auto", CUDA, {"capability": (9, 0)}, torch.bfloat16, "capability 9.0"),
         ("auto", CUDA, {"capability": (7, 5)}, torch.float16, "loss scaling"),
-        ("auto", CPU, {"amx_bf16": True}, torch.bfloat16, "AMX bf16"),
-        ("auto", CPU, {"amx_bf16": False}, None, "fp32, this CPU has no AMX"),
+        ("auto", CPU, {}, None, "fp32 on a CPU"),
         ("auto", MPS, {}, None, "fp32 on mps"),
         ("fp32", CUDA, {"capability": (9, 0)}, None, "as configured"),
-        ("bf16", CPU, {"amx_bf16": False}, torch.bfloat16, "as configured"),
-        ("fp16", CPU, {"amx_bf16": True}, torch.float16, "as configured"),
+        ("bf16", CPU, {}, torch.bfloat16, "as configured"),
+        ("fp16", CPU, {}, torch.float16, "as configured"),
     ],
 )
 def test_auto_precision_picks_what_pays(name, device, facts, dtype, why):
