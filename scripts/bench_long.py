@@ -332,5 +332,51 @@ def main() -> None:
     print(json.dumps(result))
 
 
+def render(r: dict) -> list[str]:
+    """The result as the lines of docs/benchmarks.md."""
+    lines = [
+        "## Real text: joined sentences, the longest line, spans (scripts/bench_long.py)",
+        "",
+        f"Model {r['model']}, beam {r['beam']}, the Tatoeba {r['split']} split.",
+        "",
+    ]
+    for construction, rows in r.get("joined", {}).items():
+        policies = [p for p in rows[0] if p not in ("per_line", "lines", "one_by_one")]
+        lines += [
+            f"Joined by {construction}: BLEU of the lines",
+            "",
+            "| per line | one by one | " + " | ".join(policies) + " |",
+            "|---:|---:|" + "---:|" * len(policies),
+            *(
+                f"| {row['per_line']} | {row['one_by_one']['bleu']:.2f} | "
+                + " | ".join(f"{row[p]['bleu']:.2f}" for p in policies)
+                + " |"
+                for row in rows
+            ),
+            "",
+        ]
+    if "longest" in r:
+        longest = r["longest"]
+        ratios = ", ".join(
+            f"{k} {v:.3f}" for k, v in longest.items() if k not in ("sentences", "words")
+        )
+        lines += [f"The {longest['words']}-word line: words out per word in: {ratios}.", ""]
+    if "spans" in r:
+        for policy, found in r["spans"].items():
+            if isinstance(found, dict):
+                lines += [
+                    f"Spans ({policy}): {100 * found['kept']:.2f}% kept verbatim exactly once, "
+                    f"BLEU {found['bleu']:.2f}.",
+                    "",
+                ]
+    for name in ("whole", "flores"):
+        if name in r:
+            found = ", ".join(
+                f"{p} {v['bleu']:.2f}" for p, v in r[name].items() if isinstance(v, dict)
+            )
+            lines += [f"{name}: {r[name]['lines']} lines, BLEU {found}.", ""]
+    return lines
+
+
 if __name__ == "__main__":
     main()

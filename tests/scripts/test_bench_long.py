@@ -55,3 +55,21 @@ def test_a_span_put_in_counts_when_it_comes_back_once_and_whole():
     assert not bench_long.carried_once("10", "A las 10:30 y 10.")
     assert not bench_long.carried_once("3", "Son 13.")
     assert not bench_long.carried_once("%d", "Hay %d y %d.")
+
+
+def test_a_result_renders_for_the_report_every_policy_a_column():
+    row = {"lines": 2, "one_by_one": {"bleu": 30.0}, "model": {"bleu": 20.5}}
+    result = {
+        "model": "run",
+        "beam": 5,
+        "split": "test",
+        "joined": {"semicolons": [{**row, "per_line": 2, "rules": {"bleu": 25.25}}]},
+        "longest": {"sentences": 3, "words": 40, "model": 0.95},
+        "spans": {"sentences": 4, "model": {"kept": 0.995, "bleu": 40.0}},
+        "whole": {"lines": 9, "model": {"bleu": 27.1}},
+    }
+    lines = bench_long.render(result)
+    assert "| 2 | 30.00 | 20.50 | 25.25 |" in lines
+    assert "The 40-word line: words out per word in: model 0.950." in lines
+    assert "Spans (model): 99.50% kept verbatim exactly once, BLEU 40.00." in lines
+    assert "whole: 9 lines, BLEU model 27.10." in lines
