@@ -106,7 +106,7 @@ def test_one_variable_of_each_kind_has_its_effect(cli_main, served, monkeypatch,
     assert (served["host"], served["port"]) == ("0.0.0.0", 8123)
     assert (settings.max_texts, settings.batch_wait_ms) == (9, 2.5)
     assert list(access.keys) == ["secret"] and access.keys["secret"].requests == 5
-    assert served["public_url"] == "https://mt.example.org"
+    assert served["deployment"].public_url == "https://mt.example.org"
     models = served["open_models"]
     assert [model.args[0] for model in models] == ["runs/a", "runs/b"]
     assert models[0].args[2] == ["decode.beam=2", "decode.max_len_b=5"]
