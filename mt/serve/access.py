@@ -138,7 +138,7 @@ class Access:
         try:
             keys = read_keys(self.path, self.default)
         except ConfigError as e:
-            log(f"{e}: the keys read before are kept")
+            log(f"{why}: {e}: the keys read before are kept")
             return False
         self.keys = keys
         log(f"{why}: {len(keys)} API key(s) read from {self.path}")

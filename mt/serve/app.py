@@ -60,7 +60,8 @@ def create_app(
     service: Service, access: Access | None = None, deployment: Deployment | None = None
 ) -> Any:
     """The Starlette application of `service`, in its layers: the access log and headers,
-    CORS, the URL prefix; its `metrics` attribute is the server's (mt.serve.metrics)."""
+    CORS, the URL prefix; its attributes `metrics` (the server's: mt.serve.metrics) and
+    `routes` (its table)."""
     import asyncio
     from contextlib import asynccontextmanager
     from importlib.metadata import PackageNotFoundError, version
@@ -120,6 +121,7 @@ def create_app(
     app = under_prefix(app, deployment.url_prefix)
     app = access_log(cross_origin(app, deployment.cors_origins), metrics)
     app.metrics = metrics  # for the head guard's refusals, which come before any route
+    app.routes = routes
     return app
 
 

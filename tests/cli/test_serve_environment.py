@@ -58,6 +58,8 @@ def test_every_option_is_read_from_its_variable_and_a_flag_wins(monkeypatch):
         assert params[option.name] == a_value(option)[1], variable(option)
     assert parsed("--port", "9000", "--max-chars", "5")["port"] == 9000  # the flag wins
     assert parsed("--max-chars", "5")["max_chars"] == 5
+    assert parsed("--char-limit", "7")["max_chars"] == 7  # LibreTranslate's name, its meaning
+    assert parsed("--metrics-auth-token", "t")["metrics_token"] == "t"  # LibreTranslate's
 
 
 def test_a_flag_is_read_from_its_variable(monkeypatch):

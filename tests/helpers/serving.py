@@ -77,6 +77,18 @@ def call(
     return response.status, json.loads(answer), dict(response.getheaders())
 
 
+def request(
+    address: str, method: str, path: str, headers: dict | None = None, body: bytes | None = None
+) -> tuple[int, dict, bytes]:
+    """(status, headers with lowercase names, body) of one request, whatever it answers."""
+    connection = http.client.HTTPConnection(address, timeout=60)
+    connection.request(method, path, body, headers or {})
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+
 def wait_ready(address: str, root: str = "/") -> None:
     """Once the server at `address`, under the path `root`, answers /health."""
     deadline = time.monotonic() + 60
