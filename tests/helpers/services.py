@@ -62,6 +62,15 @@ def answers(port: int) -> bool:
         return False
 
 
+def ready(url: str) -> bool:
+    """Whether `url` answers 200 (a daemon still starting answers 503, or nothing)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:  # refused, or an HTTPError
+        return False
+
+
 @contextmanager
 def redis_server(folder: Path) -> Iterator[str]:
     """A Redis of its own, nothing saved to disk: its URL, redis://127.0.0.1:PORT/0."""
@@ -165,7 +174,7 @@ def prometheus(folder: Path, target: str, path: str, token: str) -> Iterator[str
         [binary, *options], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     try:
-        until(lambda: answers(port), "prometheus", process, 60)
+        until(lambda: ready(f"http://127.0.0.1:{port}/-/ready"), "prometheus", process, 60)
         yield f"127.0.0.1:{port}"
     finally:
         stop(process)
