@@ -191,7 +191,7 @@ class Shared:
 
     def __init__(self, url: str, kept_bytes: int, kept_seconds: float) -> None:
         self.url, self.kept_bytes = url, kept_bytes
-        self.kept = (kept_bytes, int(kept_seconds * 1000))  # KEEP's bytes and milliseconds
+        self.bounds = (kept_bytes, int(kept_seconds * 1000))  # KEEP's bytes and milliseconds
         self.client: Any = None
         self.scripts: dict[str, Any] = {}
         self.down = False  # said in the log once, until Redis answers again
@@ -242,7 +242,7 @@ class Shared:
         """As Downloads.add, the file in Redis for every replica to serve."""
         stored = stored_name(name, data, self.kept_bytes)
         keys = [f"{PREFIX}files", f"{PREFIX}file-sizes", f"{PREFIX}file-bytes"]
-        await self._call("keep", keys, [f"{PREFIX}file:", stored, data, *self.kept])
+        await self._call("keep", keys, [f"{PREFIX}file:", stored, data, *self.bounds])
         return stored
 
     async def kept(self, stored: str) -> bytes | None:

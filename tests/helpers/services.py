@@ -116,6 +116,7 @@ http {{
             proxy_set_header X-Forwarded-For $remote_addr;
             proxy_read_timeout 300s;
             proxy_next_upstream error timeout http_502 http_503;
+            add_header X-Upstream $upstream_addr always;  # which replica answered
         }}
     }}
 }}
@@ -125,7 +126,8 @@ http {{
 @contextmanager
 def nginx(folder: Path, replicas: list[str]) -> Iterator[str]:
     """nginx on 127.0.0.1 in front of `replicas` (their addresses), round robin, each
-    skipped for 2 s once it fails (as docker/nginx.conf, with compose's 5 s): its address."""
+    skipped for 2 s once it fails (as docker/nginx.conf, with compose's 5 s), saying which
+    replica answered in X-Upstream: its address."""
     binary = program("nginx", "nginx")
     port = free_port()
     servers = "\n".join(f"        server {r} max_fails=1 fail_timeout=2s;" for r in replicas)

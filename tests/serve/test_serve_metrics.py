@@ -13,8 +13,8 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 
-from helpers.serving import SENTENCES, call, loader, request, serving, wait_ready
 from helpers.services import prometheus, prometheus_query
+from helpers.serving import SENTENCES, call, loader, request, serving, wait_ready
 from mt.data import tokenizer as tok
 from mt.serve.access import Access, Allowance
 from mt.serve.deployment import Deployment
