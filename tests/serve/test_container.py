@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.serving import call
+from helpers.serving import call, start_cli_server
+from mt.serve.shared import check_url
 
 ROOT = Path(__file__).resolve().parents[2]
 # the base: Debian's Python 3.11, its venv, useradd and the C++ runtime (numpy's, torch's),
@@ -175,5 +176,26 @@ def test_compose_runs_replicas_behind_nginx_round_robin_with_redis():
     names = {p.name for p in get_command(app).commands["serve"].params}
     for variable in services["mt1"]["environment"]:  # each an option of mt serve
         assert variable.removeprefix("MT_SERVE_").lower() in names, variable
-    text = (ROOT / "compose.yaml").read_text(encoding="utf-8")
-    assert "# MT_SERVE_SHARED_STORAGE: redis://redis:6379/0" in text  # until mt has it
+    storage = services["mt1"]["environment"]["MT_SERVE_SHARED_STORAGE"]  # the replicas share
+    assert storage == "redis://redis:6379/0" and check_url(storage)  # Redis's own port
+
+
+def test_the_health_check_follows_the_url_prefix(model):
+    """The Dockerfile's HEALTHCHECK command, run here against `mt serve` under /mt: it passes
+    with the prefix the server has, from MT_SERVE_URL_PREFIX as the server reads it, and
+    fails without."""
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    command = json.loads(re.search(r"^HEALTHCHECK .*\\\n\s*CMD (\[.*\])$", dockerfile, re.M)[1])
+    assert command[0] == "python3"
+    process, address = start_cli_server(model, "--url-prefix", "mt/")
+    try:
+        port = address.split(":")[1]
+        for prefix, code in (("mt", 0), ("/mt/", 0), ("", 1), ("other", 1)):
+            environment = {"MT_SERVE_PORT": port, "MT_SERVE_URL_PREFIX": prefix}
+            done = subprocess.run(
+                [sys.executable, *command[1:]], env=environment, check=False, capture_output=True
+            )
+            assert (done.returncode != 0) == bool(code), (prefix, done.stderr[-300:])
+    finally:
+        process.terminate()
+        process.wait(15)
