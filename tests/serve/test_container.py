@@ -11,7 +11,6 @@ import hashlib
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers.services import free_port
 from helpers.serving import call, start_cli_server
 from mt.serve.shared import check_url
 
@@ -74,8 +74,10 @@ def podman(tmp_path_factory: pytest.TempPathFactory):
 
 def wheels(cache: Path) -> Path:
     """Every wheel mt[serve] needs, torch's CPU one, and setuptools to build mt: made once
-    (pytest's cache) from this machine's index, for this Python, which is the image's."""
-    folder = cache / "container-wheels"
+    (pytest's cache) from this machine's index, for this Python, which is the image's; made
+    again when pyproject.toml (mt's requirements) changes."""
+    recipe = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:12]
+    folder = cache / f"container-wheels-{recipe}"
     if not any(folder.glob("torch-*.whl")):
         folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "wheel", "--quiet", "-w", str(folder)]
@@ -106,12 +108,6 @@ def image(podman, model, request, tmp_path_factory: pytest.TempPathFactory):
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     yield IMAGE
     run(["podman", "rmi", "-f", IMAGE], 300)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_image_answers_health_and_translate_as_mt_serve_does(podman, image, server):

@@ -102,6 +102,16 @@ def test_a_bad_shared_storage_url_is_one_line(url):
         shared.reachable("redis://:pw@127.0.0.1:1/0")
 
 
+def test_mt_serve_stops_at_start_in_one_line_without_its_redis(cli_main, model):
+    for url, why in [
+        ("redis://127.0.0.1:1/0", "cannot reach it (Error 111 connecting to 127.0.0.1:1."),
+        ("http://127.0.0.1:1", "expected redis://HOST:PORT/N"),
+    ]:
+        code, out, err = cli_main("serve", str(model), "--port", "0", "--shared-storage", url)
+        assert (code, out, err.count("\n")) == (2, "", 1)
+        assert err.startswith(f"mt: error: --shared-storage {url}: {why}"), err
+
+
 @pytest.fixture(scope="module")
 def replicas(model, redis_url, tmp_path_factory):
     """Two `mt serve` processes sharing `redis_url`, behind nginx: (nginx's address, each
