@@ -33,24 +33,30 @@ def program(name: str, package: str) -> str:
     return found
 
 
-def until(ready, what: str, process: subprocess.Popen, seconds: float = 30) -> None:
-    """Wait for `ready()`; fail naming `what` if `process` exits or time runs out first."""
-    deadline = time.monotonic() + seconds
-    while not ready():
-        if process.poll() is not None:
-            pytest.fail(f"{what} exited ({process.returncode}): {process.stderr.read()[-2000:]}")
-        assert time.monotonic() < deadline, f"{what} was not ready in {seconds} s"
-        time.sleep(0.05)
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+@contextmanager
+def running(command: list[str], ready, what: str, seconds: float = 30) -> Iterator[None]:
+    """`command` run until the block ends (then stopped: SIGTERM, SIGKILL after 10 s), once
+    `ready()`; a failure naming `what` if it exits or time runs out first."""
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + seconds
+        while not ready():
+            if process.poll() is not None:
+                why = process.stderr.read()[-2000:]
+                pytest.fail(f"{what} exited ({process.returncode}): {why}")
+            assert time.monotonic() < deadline, f"{what} was not ready in {seconds} s"
+            time.sleep(0.05)
+        yield
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def answers(port: int) -> bool:
@@ -77,17 +83,8 @@ def redis_server(folder: Path) -> Iterator[str]:
     binary = program("redis-server", "redis-server")
     port = free_port()
     options = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    process = subprocess.Popen(
-        [binary, *options, "--dir", str(folder)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        until(lambda: answers(port), "redis-server", process)
+    with running([binary, *options, "--dir", str(folder)], lambda: answers(port), "redis-server"):
         yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        stop(process)
 
 
 NGINX = """
@@ -115,7 +112,7 @@ http {{
             proxy_set_header Connection "";
             proxy_set_header X-Forwarded-For $remote_addr;
             proxy_read_timeout 300s;
-            proxy_next_upstream error timeout http_502 http_503;
+            proxy_next_upstream error timeout http_502 http_503 non_idempotent;
             add_header X-Upstream $upstream_addr always;  # which replica answered
         }}
     }}
@@ -133,17 +130,9 @@ def nginx(folder: Path, replicas: list[str]) -> Iterator[str]:
     servers = "\n".join(f"        server {r} max_fails=1 fail_timeout=2s;" for r in replicas)
     config = folder / "nginx.conf"
     config.write_text(NGINX.format(folder=folder, servers=servers, port=port))
-    process = subprocess.Popen(
-        [binary, "-c", str(config), "-p", str(folder), "-e", str(folder / "error.log")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        until(lambda: answers(port), "nginx", process)
+    command = [binary, "-c", str(config), "-p", str(folder), "-e", str(folder / "error.log")]
+    with running(command, lambda: answers(port), "nginx"):
         yield f"127.0.0.1:{port}"
-    finally:
-        stop(process)
 
 
 PROMETHEUS = """
@@ -172,14 +161,10 @@ def prometheus(folder: Path, target: str, path: str, token: str) -> Iterator[str
         f"--storage.tsdb.path={folder / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
     ]
-    process = subprocess.Popen(
-        [binary, *options], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        until(lambda: ready(f"http://127.0.0.1:{port}/-/ready"), "prometheus", process, 60)
+    with running(
+        [binary, *options], lambda: ready(f"http://127.0.0.1:{port}/-/ready"), "prometheus", 60
+    ):
         yield f"127.0.0.1:{port}"
-    finally:
-        stop(process)
 
 
 def prometheus_query(address: str, query: str) -> list[dict]:

@@ -72,16 +72,22 @@ def podman(tmp_path_factory: pytest.TempPathFactory):
     return command
 
 
+# what the image's Python needs beside mt[serve]'s own: torch's CPU wheel, setuptools to build
+# mt, and what a requirement asks for only below this Python's patch release (redis wants
+# async-timeout before 3.11.3; bookworm's is 3.11.2)
+WHEELS = ["torch==2.13.0", "setuptools>=77", "async-timeout>=4.0.3"]
+
+
 def wheels(cache: Path) -> Path:
-    """Every wheel mt[serve] needs, torch's CPU one, and setuptools to build mt: made once
-    (pytest's cache) from this machine's index, for this Python, which is the image's; made
-    again when pyproject.toml (mt's requirements) changes."""
-    recipe = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:12]
-    folder = cache / f"container-wheels-{recipe}"
+    """Every wheel mt[serve] needs, and WHEELS: made once (pytest's cache) from this
+    machine's index, for this Python, whose minor version is the image's; made again when
+    pyproject.toml (mt's requirements) or WHEELS change."""
+    recipe = (ROOT / "pyproject.toml").read_bytes() + " ".join(WHEELS).encode()
+    folder = cache / f"container-wheels-{hashlib.sha256(recipe).hexdigest()[:12]}"
     if not any(folder.glob("torch-*.whl")):
         folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "wheel", "--quiet", "-w", str(folder)]
-        done = run([*command, "torch==2.13.0", "setuptools>=77", f"{ROOT}[serve]"], 1800)
+        done = run([*command, *WHEELS, f"{ROOT}[serve]"], 1800)
         assert done.returncode == 0, done.stderr[-2000:]
     return folder
 
