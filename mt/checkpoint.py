@@ -273,7 +273,9 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Loaded:
 
     file = resolve(path)
     if from_marian.marian_folder(file):
-        return Loaded(*from_marian.load_marian(file, device), file, {"step": "0"})
+        return Loaded(
+            *from_marian.load_marian(file, device), file, from_marian.marian_metadata(file)
+        )
     state, meta = load_weights(file)
     config = read_config(file)
     src_tok, tgt_tok = read_tokenizers(file, meta)

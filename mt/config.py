@@ -74,6 +74,7 @@ def longest_sequence(data: DataConfig) -> int:
 
 
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>", "<unk>")  # ids 0..3 of every vocabulary `mt` learns
+MOST_PLACEHOLDERS = 100  # tokenizer.placeholders: ⦅1⦆ ... ⦅100⦆ at most (mt.data.spans)
 
 
 @dataclass
@@ -88,6 +89,10 @@ class TokenizerConfig:
     # sentences a side the tokenizers learn from: a seeded sample of the training pairs (all
     # of them if fewer), as SentencePiece's input_sentence_size
     sample: int = 1_000_000
+    # placeholder tokens ⦅1⦆ ... ⦅N⦆ reserved in both vocabularies: training teaches the model
+    # to carry them over (train.placeholders), and decoding replaces numbers, URLs, e-mail
+    # addresses, {{templates}}, %d and `code` by them and puts each back (mt.data.spans); 0: none
+    placeholders: int = 0
 
 
 @dataclass
@@ -185,6 +190,17 @@ class TrainConfig:
     # its weights and tokenizers, a fresh optimiser and schedule; model and tokenizer sections
     # must be the checkpoint's
     init: str = ""
+    # Examples longer than a pair (mt.data.examples): this share of each epoch's examples joins
+    # 2 to join_most pairs into one, within data.max_length tokens a side, one sentence after
+    # the other or, join_clauses of the junctions after a full stop, as clauses with a comma or
+    # a semicolon and a conjunction (mt.data.joins); 0: every example is one pair
+    join: float = 0.0
+    join_most: int = 4
+    join_clauses: float = 0.5
+    # the share of the pairs whose two sides hold the same span (a number, URL, e-mail address,
+    # {{template}}, %d, `code`, or a name) in which each such span becomes a placeholder
+    # (tokenizer.placeholders); 0: none
+    placeholders: float = 0.0
     freeze: Literal["none", "encoder", "embeddings"] = "none"  # parameters that stay as they are
     old_share: float = 0.0  # share of the training pairs drawn from train.init's own corpus
 
@@ -212,9 +228,8 @@ class DecodeConfig:
     # device's (4096 on a CPU, more on a GPU)
     batch_tokens: int = resumable(0)
     # a source longer than this many tokens is cut after its clauses into pieces of at
-    # most it (mt.decoding.pieces), each translated as a sentence and put back in its place
-    # (mt.decoding.clauses); 0: the length the model carries, that 98% of its training
-    # sources are within (mt.decoding.trained)
+    # most it (mt.decoding.pieces), each translated alone and put back in its place; 0: the
+    # length the model carries, measured on it at validation (mt.decoding.trained)
     piece_tokens: int = resumable(0)
     # a translation shorter than this fraction of the length its source predicts (the
     # training corpus's target/source ratio, mt.decoding.coverage) is translated again in

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from .config import (
     DECAYING,
+    MOST_PLACEHOLDERS,
     SPECIAL_TOKENS,
     Config,
     DataConfig,
@@ -71,13 +72,22 @@ def _check_tokenizer(tok: TokenizerConfig, fail: Fail) -> None:
             f"{len(SPECIAL_TOKENS)} special tokens plus the 256 byte symbols",
         )
     _positive(fail, "tokenizer.", tok, "min_frequency")
+    if not 0 <= tok.placeholders <= MOST_PLACEHOLDERS:
+        fail(
+            "tokenizer.placeholders", f"must be in [0, {MOST_PLACEHOLDERS}], got {tok.placeholders}"
+        )
     if tok.dropout and tok.model != "bpe":
         fail("tokenizer.dropout", f"BPE-dropout needs tokenizer.model bpe, not {tok.model}")
 
 
 def _check_train(config: Config, fail: Fail) -> None:
     t = config.train
-    _fractions(fail, "train.", t, "label_smoothing", "old_share")
+    _fractions(fail, "train.", t, "label_smoothing", "old_share", "join", "join_clauses")
+    _fractions(fail, "train.", t, "placeholders")
+    if t.join_most < 2:
+        fail("train.join_most", f"joins 2 pairs at least, got {t.join_most}")
+    if t.placeholders and not config.tokenizer.placeholders:
+        fail("train.placeholders", "needs placeholder tokens: set tokenizer.placeholders")
     _positive(fail, "train.", t, "max_tokens", "accum_steps", "eval_every", "save_every")
     _positive(fail, "train.", t, "keep_last", "log_every", "warmup_steps", "health_patience")
     _non_negative(fail, "train.", t, "max_steps", "max_epochs", "max_minutes", "patience")

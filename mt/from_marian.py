@@ -119,8 +119,27 @@ def shares_embeddings(raw: dict[str, Any]) -> bool:
     return bool(raw.get("share_encoder_decoder_embeddings", True))
 
 
+MT_KEY = "mt"  # config.json's key of what a folder mt exported keeps for mt (mt_keys)
+
+
+def mt_keys(config: Config, trained: Any) -> dict[str, Any]:
+    """What a folder mt exports keeps in config.json for mt to decode it as it decoded the
+    checkpoint: the vocabulary's placeholders, and the weights' measurements (`trained`: as
+    their metadata holds them, mt.decoding.trained)."""
+    found = json.loads(trained) if isinstance(trained, str) else trained
+    return {"placeholders": config.tokenizer.placeholders, "trained": found}
+
+
+def marian_metadata(folder: Path) -> dict[str, Any]:
+    """A Marian folder's metadata as a checkpoint's: step 0, and the measurements of a
+    folder mt exported (`mt_keys`)."""
+    trained = (read_marian_config(folder).get(MT_KEY) or {}).get("trained")
+    return {"step": "0", **({"trained": trained} if trained else {})}
+
+
 def config_of(folder: Path, raw: dict[str, Any], vocab_size: int) -> Config:
-    """Our Config for a Marian model: its shape, special ids and languages."""
+    """Our Config for a Marian model: its shape, special ids, languages, and placeholders
+    where mt exported it (`mt_keys`)."""
     try:
         model = ModelConfig(
             d_model=raw["d_model"],
@@ -147,6 +166,7 @@ def config_of(folder: Path, raw: dict[str, Any], vocab_size: int) -> Config:
     config.tokenizer.vocab_size, config.tokenizer.model = vocab_size, "unigram"
     config.tokenizer.joint = shares_embeddings(raw)
     config.data.max_length = model.max_positions - 1  # its own: HF's model_max_length
+    config.tokenizer.placeholders = int((raw.get(MT_KEY) or {}).get("placeholders", 0))
     languages = _languages(folder)
     if languages:
         config.data.src_lang, config.data.tgt_lang = languages

@@ -24,7 +24,7 @@ Steps (each saves its result in runs/bench/results.json, so a step can be re-run
            time (scripts/bench_text.py), and the sentence splitters (scripts/bench_splitter.py)
   langid   language identifiers on Tatoeba and FLORES (those installed), and
            data.filter_language on a corrupted Tatoeba train file (scripts/bench_langid.py)
-  long     long sentences: pieces the model carries and the coverage guard, against today
+  long     real text: joined sentences, the longest line, spans, whole split, FLORES
            (scripts/bench_long.py)
   markup   inline tags carried into translations: per text node, placeholders, alignment,
            anchors (scripts/bench_markup.py)

@@ -28,6 +28,7 @@ import torch
 
 from ..errors import ConfigError
 from .batch import Batch
+from .examples import ExampleMaker
 from .packing import Rows, collate_packed, pack_rows
 from .store import Split
 from .tokenizer import PAD, SPECIALS, Specials
@@ -80,7 +81,9 @@ class _Epoch:
         self.split, self.epoch = split, epoch
         self.order, self.maxis = epoch_order(split, seed, epoch)
         self.counts: list[int] = []  # this rank's batches in each maxi-batch planned so far
-        self.planned: dict[int, list[Any]] = {}  # the latest maxi-batches' batches
+        # the latest maxi-batches' examples (the split's pairs, or those made of them) and
+        # this rank's batches of them
+        self.planned: dict[int, tuple[Split, list[Any]]] = {}
 
 
 class Batches:
@@ -99,8 +102,9 @@ class Batches:
         pack_length: int = 0,  # tokens a packed row (`packing.row_length`); 0: padded
         resegment: Callable[[int], Split] | None = None,  # epoch -> its split (BPE-dropout)
         specials: Specials = SPECIALS,  # the model's pad, BOS and EOS ids
+        examples: ExampleMaker | None = None,  # None: every example a pair as stored
     ) -> None:
-        self.specials = specials
+        self.specials, self.examples = specials, examples
         self.split, self.max_tokens, self.seed, self.position = split, max_tokens, seed, position
         self.rank, self.world, self.pin, self.resegment = rank, world, pin, resegment
         self.pack_length, self.rows = pack_length, max_tokens // max(pack_length, 1)
@@ -115,12 +119,16 @@ class Batches:
             self._epoch = _Epoch(split, self.seed, epoch)
         return self._epoch
 
-    def _planned(self, plan: _Epoch, m: int) -> list[Any]:
-        """This rank's batches of maxi-batch `m`: an equal share of them (ranks step
-        together), the rest left for another epoch."""
+    def _planned(self, plan: _Epoch, m: int) -> tuple[Split, list[Any]]:
+        """The examples of maxi-batch `m` and this rank's batches of them: an equal share of
+        them (ranks step together), the rest left for another epoch."""
         if m not in plan.planned:
-            index = plan.order(m)
-            lengths = plan.split.src.lengths(index), plan.split.tgt.lengths(index)
+            split, index = plan.split, plan.order(m)
+            if self.examples:
+                made = np.random.default_rng([self.seed, plan.epoch, m, 3])
+                split = self.examples.make(plan.split, index, made)
+                index = np.arange(len(split))
+            lengths = split.src.lengths(index), split.tgt.lengths(index)
             plan.split.src.release()  # the offsets read: unmapped (`Sentences.release`)
             plan.split.tgt.release()
             key = int(np.random.SeedSequence([self.seed, plan.epoch, m]).generate_state(1)[0])
@@ -132,19 +140,21 @@ class Batches:
             share = len(batches) // self.world
             if len(plan.planned) > 2:  # a batch is wanted near the one before it
                 del plan.planned[min(plan.planned)]
-            plan.planned[m] = batches[self.rank * share : (self.rank + 1) * share]
+            plan.planned[m] = split, batches[self.rank * share : (self.rank + 1) * share]
             if m == len(plan.counts):
                 plan.counts.append(share)
         return plan.planned[m]
 
-    def _locate(self, epoch: int, index: int) -> tuple[_Epoch, Any] | None:
-        """The epoch's plan and its batch `index` (of this rank); None past the epoch's end."""
+    def _locate(self, epoch: int, index: int) -> tuple[Split, Any] | None:
+        """The examples batch `index` (of this rank) of the epoch is of, and the batch; None
+        past the epoch's end."""
         with self._lock:
             plan = self._of(epoch)
             for m in range(plan.maxis):
-                count = plan.counts[m] if m < len(plan.counts) else len(self._planned(plan, m))
+                count = plan.counts[m] if m < len(plan.counts) else len(self._planned(plan, m)[1])
                 if index < count:
-                    return plan, self._planned(plan, m)[index]
+                    split, batches = self._planned(plan, m)
+                    return split, batches[index]
                 index -= count
             if not any(plan.counts):
                 raise ConfigError(
@@ -177,17 +187,17 @@ class Batches:
         found = self._locate(epoch, index)
         if found is None:
             raise IndexError(f"epoch {epoch} has no batch {index}")
-        plan, batch = found
+        split, batch = found
         self._locate(epoch, index + 1)  # plans the next maxi-batch here, in the prefetch
         # thread, when this batch is its last: not in `__next__` on the training thread
         if self.pack_length:
             arrays = collate_packed(
-                plan.split.src, plan.split.tgt, batch, self.pack_length, self.rows, self.specials
+                split.src, split.tgt, batch, self.pack_length, self.rows, self.specials
             )
         else:
-            arrays = collate(plan.split, batch, self.specials)
-        plan.split.src.release()  # a batch's pages read: unmapped (`Sentences.release`)
-        plan.split.tgt.release()
+            arrays = collate(split, batch, self.specials)
+        split.src.release()  # a batch's pages read: unmapped (`Sentences.release`)
+        split.tgt.release()
         tensors = arrays.map(torch.from_numpy)
         return tensors.map(torch.Tensor.pin_memory) if self.pin else tensors
 

@@ -100,11 +100,12 @@ def fingerprint(config: Config) -> str:
             for k, v in dataclasses.asdict(data).items()
             if k != "workers" and (k, v) not in NEW_KEYS_OFF
         },
-        # dropout does not shape the cache; bpe hashes as it did before tokenizer.model existed
+        # dropout does not shape the cache; bpe, and no placeholders, hash as they did before
+        # tokenizer.model and tokenizer.placeholders existed
         "tokenizer": {
             k: v
             for k, v in dataclasses.asdict(config.tokenizer).items()
-            if k != "dropout" and (k, v) != ("model", "bpe")
+            if k != "dropout" and (k, v) not in (("model", "bpe"), ("placeholders", 0))
         },
     }
     if corpus_tags(data):  # held-out pairs cut from the untagged corpora only

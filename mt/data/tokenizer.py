@@ -34,6 +34,7 @@ from tokenizers import (
 
 from ..config import SPECIAL_TOKENS, TokenizerConfig
 from ..errors import ConfigError
+from .spans import placeholder_tokens
 
 PAD, BOS, EOS, UNK = range(len(SPECIAL_TOKENS))
 
@@ -89,12 +90,16 @@ def train_tokenizers(
     src: Sequence[str], tgt: Sequence[str], cfg: TokenizerConfig, tags: Sequence[str] = ()
 ) -> tuple[Tokenizer, Tokenizer]:
     """One joint tokenizer for both languages (returned twice), or one per language; `tags`
-    (corpus tags such as <bt>) reserved in the source one (`reserve_tags`)."""
+    (corpus tags such as <bt>) reserved in the source one (`reserve_tags`), and the
+    tokenizer.placeholders in both, after them."""
+    placeholders = placeholder_tokens(cfg.placeholders)
     if cfg.joint:
-        joint = reserve_tags(train_tokenizer([*src, *tgt], cfg, length=len(src) + len(tgt)), tags)
+        joint = train_tokenizer([*src, *tgt], cfg, length=len(src) + len(tgt))
+        joint = reserve_tags(joint, [*tags, *placeholders])
         return joint, joint
-    return reserve_tags(train_tokenizer(src, cfg, len(src)), tags), train_tokenizer(
-        tgt, cfg, len(tgt)
+    return (
+        reserve_tags(train_tokenizer(src, cfg, len(src)), [*tags, *placeholders]),
+        reserve_tags(train_tokenizer(tgt, cfg, len(tgt)), placeholders),
     )
 
 

@@ -11,12 +11,15 @@ still short after that is flagged to the caller: a Translator's translate_nbest 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
+from ..config import DecodeConfig
 from ..data import tokenizer as tok
+from ..messages import say
 
 # Sources shorter are not judged: a sentence of one or two clauses that comes out short is
 # the model's quality, which a second try in pieces (cut mid-clause) would only make worse;
@@ -27,20 +30,28 @@ LEAST_SOURCE_TOKENS = 48
 
 @dataclass
 class Translations:
-    """Each text's n-best (text, score) pairs, best first, and whether it is `short`: much
+    """Each text's n-best (text, score) pairs, best first; whether it is `short`: much
     shorter than its source predicts even after the guard's second try (a text of several
-    sentences, mt.text: a sentence of it is)."""
+    sentences, mt.text: a sentence of it is); and how many of its spans the model did not
+    carry over exactly, `placed` where their neighbours are (mt.decoding.placeholders; none
+    where not given)."""
 
     nbest: list[list[tuple[str, float]]]
     short: list[bool]
+    placed: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.placed = self.placed or [0] * len(self.nbest)
 
     def part(self, start: int, stop: int) -> Translations:
         """The translations of the texts from `start` to `stop` (not included)."""
-        return Translations(self.nbest[start:stop], self.short[start:stop])
+        return Translations(self.nbest[start:stop], self.short[start:stop], self.placed[start:stop])
 
     def __add__(self, other: Translations) -> Translations:
         """Both's translations, these first."""
-        return Translations(self.nbest + other.nbest, self.short + other.short)
+        return Translations(
+            self.nbest + other.nbest, self.short + other.short, self.placed + other.placed
+        )
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,37 @@ class Coverage:
     def source_lengths(self, sources: Sequence[str]) -> list[int]:
         """The tokens of each source."""
         return list(map(len, tok.encode(self.src_tokenizer, sources)))
+
+    def guarded(
+        self, translate: Callable[[Sequence[int], DecodeConfig], list], sources, decode
+    ) -> tuple[list[list[tuple[str, float]]], list[bool]]:
+        """Each of `sources`' n-best and whether it is short: `translate` (the indices of the
+        sources to translate, the decode section) translates them all, then those short
+        again in pieces half as long as their first, the longer translation kept (said)."""
+        found = translate(range(len(sources)), decode)
+        lengths = self.source_lengths(sources)
+        short = self.short(lengths, [hyps[0][0] for hyps in found], decode.coverage)
+        retry = [i for i, flag in enumerate(short) if flag]
+        if not retry:
+            return found, short
+        by_piece: dict[int, list[int]] = {}  # half a first piece: every retried text is cut
+        for i in retry:
+            by_piece.setdefault(max(1, min(lengths[i], decode.piece_tokens) // 2), []).append(i)
+        longer = []  # the retried whose second try is kept: the others are still short
+        for piece, group in by_piece.items():
+            again = translate(group, dataclasses.replace(decode, piece_tokens=piece))
+            for i, hyps in zip(group, again):
+                if len(hyps[0][0]) > len(found[i][0][0]):
+                    found[i] = hyps
+                    longer.append(i)
+        kept = [found[i][0][0] for i in longer]
+        for i, flag in zip(longer, self.short([lengths[i] for i in longer], kept, decode.coverage)):
+            short[i] = flag
+        say(
+            f"warning: {len(retry)} translation(s) much shorter than their source predicts: "
+            f"translated again in smaller pieces; {sum(short)} still short"
+        )
+        return found, short
 
     def short(
         self, source_lengths: Sequence[int], translations: Sequence[str], fraction: float

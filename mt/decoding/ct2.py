@@ -23,7 +23,7 @@ seeding, and the same `decode.seed` gives the same samples, as the torch engine'
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,33 +137,28 @@ def _translator(path: Path, device: str, threads: int) -> Any:
         raise InputError(f"{path}: CTranslate2 cannot load it ({e})") from None
 
 
-def translate_nbest(
+def decode_ids(
     exported: Exported,
-    texts: Sequence[str],
+    ids: Sequence[Sequence[int]],
     cfg: DecodeConfig,
-    prefixes: Sequence[str] | None = None,
-    connectives: Mapping[str, str] | None = None,
-) -> list[list[tuple[str, float]]]:
-    """As `mt.decoding.translate.translate_nbest`: up to `cfg.nbest` (text, score) pairs per text,
-    best first; the score is the length-normalised log-probability (NaN for greedy search).
-    `prefixes`: the target text each translation starts with ("": none), one per text.
+    prefixes: Sequence[Sequence[int]] | None,
+    limits: Sequence[int],
+) -> list[list[tuple[list[int], float]]]:
+    """As the torch engine's `mt.decoding.translate.translate_ids`: up to `cfg.nbest` (token
+    ids, score) pairs per source of `ids` (each fits the model), best first; the score is the
+    length-normalised log-probability (NaN for greedy search). `prefixes`: the target ids
+    each translation starts with ([]: none), one per source.
 
-    Output lengths: ours stop each sentence at a * source_length + b tokens; CT2 has one
-    limit per call, so each output is cut to its own limit afterwards (exact for greedy).
+    Output lengths: ours stop each sentence at its own of `limits`; CT2 has one limit per
+    call, so each output is cut to its own limit afterwards (exact for greedy).
     """
-    from .pieces import piece_limit, source_pieces
-    from .translate import output_limits, piece_prefixes, translation_batch_tokens
+    from .translate import translation_batch_tokens
 
-    limit = piece_limit(exported.config.model, cfg)
-    pieces = source_pieces(exported.src_tokenizer, texts, limit, cfg.target_language, connectives)
-    ids = pieces.ids
-    limits = output_limits(exported.config.model, ids, cfg)
-    forced = piece_prefixes(exported.tgt_tokenizer, pieces, prefixes, limits)
     scored = cfg.sampling or not cfg.greedy
-    out: list[list[tuple[str, float]]] = [[("", float("nan"))] for _ in ids]
+    out: list[list[tuple[list[int], float]]] = [[([], float("nan"))] for _ in ids]
     todo = [i for i, x in enumerate(ids) if x]
     if not todo:
-        return pieces.joined(out)
+        return out
     pad, bos = (
         exported.tgt_tokens[i] for i in (exported.config.model.pad_id, exported.config.model.bos_id)
     )
@@ -179,8 +174,8 @@ def translate_nbest(
         hypotheses = cfg.nbest if cfg.greedy else max(cfg.nbest, cfg.beam)
         search = dict(beam_size=cfg.beam, num_hypotheses=hypotheses)
     target_prefix = None
-    if forced is not None:
-        target_prefix = [[exported.tgt_tokens[t] for t in forced[i]] or None for i in todo]
+    if prefixes is not None:
+        target_prefix = [[exported.tgt_tokens[t] for t in prefixes[i]] or None for i in todo]
     results = translator.translate_batch(
         [[exported.src_tokens[t] for t in ids[i]] for i in todo],
         target_prefix,
@@ -197,23 +192,22 @@ def translate_nbest(
     )
     for i, result in zip(todo, results):
         out[i] = _ranked(result, exported, limits[i], cfg, scored)
-    return pieces.joined(out)
+    return out
 
 
 def _ranked(
     result: Any, exported: Exported, limit: int, cfg: DecodeConfig, scored: bool
-) -> list[tuple[str, float]]:
-    """One source's CT2 result as up to `cfg.nbest` (text, score) pairs, best first, each
-    output cut to its own length limit."""
+) -> list[tuple[list[int], float]]:
+    """One source's CT2 result as up to `cfg.nbest` (token ids, score) pairs, best first,
+    each output cut to its own length limit."""
     from .search import length_penalty
 
     hyps = [[exported.tgt_ids[t] for t in h[:limit]] for h in result.hypotheses]
-    texts = tok.detokenize(exported.tgt_tokenizer, hyps)
     if not scored:
-        return [(text, float("nan")) for text in texts]
+        return [(h, float("nan")) for h in hyps]
     # CT2 ranks by logprob / L ** alpha, L counting EOS: rescored by ours, GNMT's
     lengths = [len(h) + 1 for h in result.hypotheses]
     scores = [
         s * n**cfg.alpha / length_penalty(n, cfg.alpha) for n, s in zip(lengths, result.scores)
     ]
-    return sorted(zip(texts, scores), key=lambda p: -p[1])[: cfg.nbest]
+    return sorted(zip(hyps, scores), key=lambda p: -p[1])[: cfg.nbest]

@@ -19,14 +19,17 @@ from typing import Any
 from .. import checkpoint as ckpt
 from ..config import Config, DecodeConfig
 from ..config_file import decoding_config
+from ..data import tokenizer as tok
 from ..data.directions import oriented, turned
 from ..errors import ConfigError
-from ..messages import say
 from . import ct2
+from .constraints import Constraints, encode_constraints
 from .coverage import Coverage, Translations
 from .ensemble import load_ensemble
-from .pieces import lead_ids
-from .trained import Trained, carried_pieces
+from .pieces import lead_ids, piece_limit, source_pieces
+from .placeholders import carried_over, protect
+from .trained import METADATA, Trained, carried_pieces
+from .translate import output_limits, piece_prefixes
 
 ENGINES = ("auto", "torch", "ctranslate2")
 
@@ -51,44 +54,37 @@ class Translator(ABC):
     ) -> Translations:
         """Each text's translations, in input order: up to `decode.nbest` (text, score)
         pairs, best first (`Translations.nbest`; the score is the length-normalised
-        log-probability, NaN for greedy search), and whether it is short. `decode`: this
-        translator's own decode section unless given; `prefixes`: the target text each
-        translation must start with ("": none), one per text; `constraints`: the target terms
-        each must contain, a list per text. A translation the coverage guard finds short is
-        translated again in smaller pieces (mt.decoding.coverage), which is said; one still
-        short after that is `Translations.short`, the verdict every caller takes: each source
-        and each translation is measured once, here."""
-        decode = self.decoding(decode)
-        found = self._translate_nbest(texts, decode, progress, prefixes, constraints)
-        sources = self.coverage.source_lengths(texts)
-        short = self.coverage.short(sources, [hyps[0][0] for hyps in found], decode.coverage)
-        retry = [i for i, flag in enumerate(short) if flag]
-        if not retry:
-            return Translations(found, short)
-        by_piece: dict[int, list[int]] = {}  # half a first piece: every retried text is cut
-        for i in retry:
-            by_piece.setdefault(max(1, min(sources[i], decode.piece_tokens) // 2), []).append(i)
-        longer = []  # the retried whose second try is kept: the others are still short
-        for piece, group in by_piece.items():
-            smaller = dataclasses.replace(decode, piece_tokens=piece)
-            steer = [None if x is None else [x[i] for i in group] for x in (prefixes, constraints)]
-            again = self._translate_nbest([texts[i] for i in group], smaller, False, *steer)
-            for i, hyps in zip(group, again):
-                if len(hyps[0][0]) > len(found[i][0][0]):
-                    found[i] = hyps
-                    longer.append(i)
-        kept = [found[i][0][0] for i in longer]
-        still = self.coverage.short([sources[i] for i in longer], kept, decode.coverage)
-        for i, flag in zip(longer, still):
-            short[i] = flag
-        say(
-            f"warning: {len(retry)} translation(s) much shorter than their source predicts: "
-            f"translated again in smaller pieces; {sum(short)} still short"
-        )
-        return Translations(found, short)
+        log-probability, NaN for greedy search), whether it is short, and its spans placed.
+        `decode`: this translator's own decode section unless given; `prefixes`: the target
+        text each translation must start with ("": none), one per text; `constraints`: the
+        target terms each must contain, a list per text.
 
-    @abstractmethod
-    def _translate_nbest(
+        The one way every caller decodes, whatever the engine: a model with placeholders
+        has each source's spans carried over (mt.decoding.placeholders); a source longer
+        than the model carries is cut into pieces (mt.decoding.pieces), which the engine
+        decodes as token ids; a translation the coverage guard finds short is translated
+        again in smaller pieces (mt.decoding.coverage). Each source and translation is
+        measured once, here, and what was done to one is said."""
+        decode = self.decoding(decode)
+        protected = protect(texts, self.config.tokenizer.placeholders)
+        sources = [p.text for p in protected]
+
+        def some(chosen: Sequence[int], decode: DecodeConfig, forced=None) -> list:
+            """The n-best of the sources `chosen`, with their own prefixes and constraints,
+            and the `forced` terms (one list each) besides."""
+            steer = [None if x is None else [x[i] for i in chosen] for x in (prefixes, constraints)]
+            if forced is not None:
+                steer[1] = [[*f, *(steer[1][k] if steer[1] else [])] for k, f in enumerate(forced)]
+            text = [sources[i] for i in chosen]
+            return self._pieces_nbest(text, decode, progress and len(chosen) == len(texts), *steer)
+
+        found, short = self.coverage.guarded(some, sources, decode)
+        nbest, placed = carried_over(
+            protected, found, some if self.forces(decode) else None, decode
+        )
+        return Translations(nbest, short, placed)
+
+    def _pieces_nbest(
         self,
         texts: Sequence[str],
         decode: DecodeConfig,
@@ -96,13 +92,57 @@ class Translator(ABC):
         prefixes: Sequence[str] | None,
         constraints: Sequence[Sequence[str]] | None,
     ) -> list[list[tuple[str, float]]]:
-        """translate_nbest without the guard, `decode` complete (`decoding`)."""
+        """Each text's n-best: cut into pieces that fit (`decode.piece_tokens`), the pieces
+        decoded by the engine (`_decode`), their translations joined."""
+        model = self.config.model
+        pieces = source_pieces(
+            self.src_tokenizer, texts, piece_limit(model, decode), decode.target_language
+        )
+        limits = output_limits(model, pieces.ids, decode)
+        forced = piece_prefixes(self.tgt_tokenizer, pieces, prefixes, limits)
+        terms = None
+        if constraints is not None:
+            if decode.sampling:
+                raise ConfigError("constraints need beam search: decode.sampling samples")
+            if decode.rules == "transformers":  # generate() has no constraints to follow
+                raise ConfigError(
+                    "constraints follow mt's beam search: not decode.rules transformers"
+                )
+            if len(constraints) != len(texts):
+                raise ConfigError(f"{len(constraints)} lists of terms for {len(texts)} texts")
+            first = pieces.first(constraints, [])
+            terms = encode_constraints(self.tgt_tokenizer, first, limits, pieces.numbers)
+        found = self._decode(pieces.ids, decode, progress, forced, terms, limits)
+        flat = tok.detokenize(self.tgt_tokenizer, [ids for hyps in found for ids, _ in hyps])
+        out, start = [], 0
+        for hyps in found:
+            out.append(list(zip(flat[start : start + len(hyps)], (s for _, s in hyps))))
+            start += len(hyps)
+        return pieces.joined(out)
+
+    @abstractmethod
+    def _decode(
+        self,
+        ids: Sequence[Sequence[int]],
+        decode: DecodeConfig,
+        progress: bool,
+        prefixes: Sequence[Sequence[int]] | None,
+        constraints: Sequence[Constraints | None] | None,
+        limits: Sequence[int],
+    ) -> list[list[tuple[list[int], float]]]:
+        """The engine's decoding of sources of token ids (each fits the model): up to
+        `decode.nbest` (token ids, score) pairs each, best first, each starting with its
+        `prefixes` and holding its `constraints` where given, at most its `limits` long."""
+
+    def forces(self, decode: DecodeConfig) -> bool:
+        """Whether this engine can force target terms (constraints) with `decode`."""
+        return False
 
     @cached_property
     def trained(self) -> Trained:
-        """The length the model carries, its length ratio and its connectives
+        """The length the model carries and its length ratio, as its metadata says
         (mt.decoding.trained)."""
-        return Trained.of(self.run_dir, self.config, (self.src_tokenizer, self.tgt_tokenizer))
+        return Trained.of(self._metadata().get(METADATA), self.config)
 
     @cached_property
     def coverage(self) -> Coverage:
@@ -128,9 +168,7 @@ class Translator(ABC):
         config = turned(self.config)
         if config is None:
             return None
-        other = self._with(config)
-        other.trained = self.trained  # the same training data: measured once
-        return other
+        return self._with(config)
 
     @abstractmethod
     def _with(self, config: Config) -> Translator:
@@ -145,6 +183,11 @@ class Translator(ABC):
     @abstractmethod
     def run_dir(self) -> Path:
         """The run folder the model was trained in (its data cache holds the test split)."""
+
+    @abstractmethod
+    def _metadata(self) -> dict[str, Any]:
+        """What the model's files say of it besides its config (the step, the measurements
+        of mt.decoding.trained): the weights' metadata, or the export's manifest."""
 
     @abstractmethod
     def _described(self) -> tuple[str, dict[str, Any], float | None]:
@@ -182,21 +225,14 @@ class TorchTranslator(Translator):
     def _with(self, config):
         return TorchTranslator(self.loaded, config, self.device)
 
-    def _translate_nbest(self, texts, decode, progress, prefixes, constraints):
-        from .translate import translate_nbest
+    def _decode(self, ids, decode, progress, prefixes, constraints, limits):
+        from .translate import translate_ids
 
-        tokenizers = (self.src_tokenizer, self.tgt_tokenizer)
-        return translate_nbest(
-            self.model,
-            *tokenizers,
-            texts,
-            decode,
-            self.device,
-            progress,
-            prefixes,
-            constraints,
-            self.trained.connectives,
-        )
+        found = translate_ids(self.model, ids, decode, self.device, progress, prefixes, constraints)
+        return [[(h.tokens, h.score) for h in hyps] or [([], float("nan"))] for hyps in found]
+
+    def forces(self, decode):
+        return not decode.sampling and decode.rules == "mt"  # constrained beam search's
 
     def score(self, pairs, decode=None):
         from .scoring import score_pairs
@@ -208,6 +244,9 @@ class TorchTranslator(Translator):
     @property
     def run_dir(self) -> Path:
         return ckpt.run_dir_of(self.path, self.config)
+
+    def _metadata(self):
+        return self.metadata
 
     def _described(self):
         return self.run_dir.name, self.metadata, ct2.known_bleu(self.metadata)
@@ -226,17 +265,20 @@ class CT2Translator(Translator):
     def _with(self, config):
         return CT2Translator(self.exported, config, self.device)
 
-    def _translate_nbest(self, texts, decode, progress, prefixes, constraints):
+    def _decode(self, ids, decode, progress, prefixes, constraints, limits):
         if any(constraints or ()):
             raise ConfigError(
                 f"{self.path}: CTranslate2 has no terminology constraints; decode the "
                 "checkpoint it was exported from with the torch engine"
             )
-        return ct2.translate_nbest(self.exported, texts, decode, prefixes, self.trained.connectives)
+        return ct2.decode_ids(self.exported, ids, decode, prefixes, limits)
 
     @property
     def run_dir(self) -> Path:  # the run the export was made from
         return ckpt.run_dir_of(Path(self.manifest.get("checkpoint", self.path)), self.config)
+
+    def _metadata(self):
+        return self.manifest
 
     def _described(self):
         return self.path.name, self.manifest, self.manifest.get("bleu")

@@ -1,24 +1,20 @@
-"""Inputs longer than the model can carry, one policy for every caller (mt translate, mt
-serve, validation, mt score, both engines): a source longer than decode.piece_tokens (0: the
-length the model carries, mt.decoding.trained; within the model's positions) is cut into
-pieces that fit, each translated as a sentence (mt.decoding.clauses), and their translations
-joined with a space, so that the sentence comes back whole; a pair to score (or to take the
-loss of) cannot be cut so, and is scored on what fits of it, which is said.
+"""Sources longer than the model carries, one policy for every caller (the Translator of
+either engine, mt score, validation): a source longer than decode.piece_tokens (0: the length
+the model carries, mt.decoding.trained; within its positions) is cut into pieces that fit,
+each translated alone, and their translations joined with a space, so that the sentence comes
+back whole; a pair to score (or to take the loss of) cannot be cut so, and is scored on what
+fits of it, which is said.
 
-Where: a source that does not fit is cut after every clause of the strongest kind it has
-(after . ! ?, else ; or :, else a comma; before a word), and each piece that still does not fit
-after its own, and so on; any source before a connective after a clause ("..., and"); no piece
-shorter than a third of the limit; what still does not fit between two words, near an even
-cut. The Tatoeba model translates sentences joined by commas so within 2 BLEU of the same
-sentences one by one; in pieces cut only where needed, 15 to 17 below (docs/benchmarks.md,
-issue 43).
+Where: after every sentence end the source has, else after every ; or :, else after every
+comma (a break only where a word follows, so "1,000" is none), and each piece that still
+does not fit after its own, and so on; no piece shorter than a third of the limit; what still
+does not fit between two words, near an even cut.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,13 +24,12 @@ from ..config import DecodeConfig, ModelConfig
 from ..data import tokenizer as tok
 from ..errors import ConfigError
 from ..model import max_sentence_tokens
-from .clauses import FINAL_STOPS, Dress, present
 
 T = TypeVar("T")
 
 # the last character of a token that ends a clause, by strength: a break after it
 BREAK_STRENGTH = {".": 4, "!": 4, "?": 4, ";": 3, ":": 3, ",": 2}
-WORD_START = 1  # a token that starts a word (byte-level "Ġ", a space): a break before it
+WORD_START = 1  # a token that starts a word: a break before it
 CLAUSE = 2  # the least strength of a break after a clause
 SHORTEST_PIECE = 1 / 3  # of a piece's limit: no piece but the last is shorter
 
@@ -63,7 +58,6 @@ class Pieces:
 
     ids: list[list[int]]
     counts: list[int]
-    dress: list[Dress | None]  # how each piece was given to the model (None: a whole text)
 
     @property
     def numbers(self) -> list[int]:
@@ -77,14 +71,11 @@ class Pieces:
         ]
 
     def joined(self, found: Sequence[list[tuple[str, float]]]) -> list[list[tuple[str, float]]]:
-        """The n-best of each text from the n-best of each of its pieces (`found`, as `ids`):
-        each piece's translations restored (mt.decoding.clauses) and joined with a space."""
+        """The n-best of each text from the n-best of each of its pieces (`found`, as `ids`),
+        joined with a space."""
         out, start = [], 0
         for count in self.counts:
-            parts = [
-                [(dress.restore(text) if dress else text, score) for text, score in hyps]
-                for hyps, dress in zip(found[start : start + count], self.dress[start:])
-            ]
+            parts = found[start : start + count]
             out.append(parts[0] if count == 1 else join_nbest(parts, [" "] * (count - 1)))
             start += count
         return out
@@ -96,53 +87,33 @@ def piece_limit(model: ModelConfig, decode: DecodeConfig) -> int:
     return min(decode.piece_tokens or math.inf, max_sentence_tokens(model))
 
 
-def source_pieces(
-    tokenizer: Tokenizer,
-    texts: Sequence[str],
-    limit: int,
-    lead: str = "",
-    connectives: Mapping[str, str] | None = None,
-) -> Pieces:
+def source_pieces(tokenizer: Tokenizer, texts: Sequence[str], limit: int, lead: str = "") -> Pieces:
     """The token ids of each text, cut into pieces where one is longer than `limit`
-    (`piece_limit`) or has a clause led by one of `connectives` (word: its translation,
-    mt.decoding.trained), each piece given as a sentence (mt.decoding.clauses); the token of
-    language `lead` (decode.target_language), when given, first in every piece."""
-    connectives = connectives or {}
-    led_by = connective_pattern(connectives)
+    (`piece_limit`); the token of language `lead` (decode.target_language), when given,
+    first in every piece."""
     leading = lead_ids(tokenizer, lead)
-    ids, counts, dress = [], [], []
+    ids, counts = [], []
     room = limit - len(leading)
-    for text, text_ids in zip(texts, tok.encode(tokenizer, texts)):
-        # nearly always one piece: no break points to look for
-        if len(text_ids) <= room and not (led_by and led_by.search(text)):
-            ids.append(leading + text_ids)
-            counts.append(1)
-            dress.append(None)
-            continue
-        strength, connective = breaks(tokenizer, text_ids, connectives)
-        cut = split_at_breaks(text_ids, room, strength, connective)
-        texts_cut = tok.detokenize(tokenizer, cut)
-        starts = [True] + [before.rstrip()[-1:] in FINAL_STOPS for before in texts_cut]
-        given = [
-            present(piece, start, k == len(cut) - 1, connectives)
-            for k, (piece, start) in enumerate(zip(texts_cut, starts))
-        ]
-        encoded = tok.encode(tokenizer, [text for text, _ in given])
-        for piece, presented, (_, how) in zip(cut, encoded, given):
-            fits = 0 < len(presented) <= room  # a capital may take a token more
-            ids.append(leading + (presented if fits else piece))
-            dress.append(how if fits else None)
+    for text_ids in tok.encode(tokenizer, texts):
+        cut = (
+            [text_ids]
+            if len(text_ids) <= room
+            else as_sources(
+                tokenizer, split_at_breaks(text_ids, room, breaks(tokenizer, text_ids)), room
+            )
+        )
+        ids += [leading + piece for piece in cut]
         counts.append(len(cut))
-    return Pieces(ids, counts, dress)
+    return Pieces(ids, counts)
 
 
-def connective_pattern(connectives: Mapping[str, str]) -> re.Pattern | None:
-    """What finds a clause led by a connective in a text (None: there are none)."""
-    if not connectives:
-        return None
-    marks = "".join(m for m, strength in BREAK_STRENGTH.items() if strength >= CLAUSE)
-    words = "|".join(re.escape(w) for w in sorted(connectives))
-    return re.compile(rf"[{re.escape(marks)}]\s+(?:{words})\s")
+def as_sources(tokenizer: Tokenizer, pieces: list[list[int]], room: int) -> list[list[int]]:
+    """Each piece encoded again as a source of its own text starts, without the space that
+    led it mid-sentence (as the model saw every training source begin); one that would not
+    fit so stays as cut."""
+    texts = [text.strip() for text in tok.detokenize(tokenizer, pieces)]
+    again = tok.encode(tokenizer, texts)
+    return [new if len(new) <= room else old for old, new in zip(pieces, again)]
 
 
 def lead_ids(tokenizer: Tokenizer, language: str) -> list[int]:
@@ -160,40 +131,30 @@ def lead_ids(tokenizer: Tokenizer, language: str) -> list[int]:
     return [found]
 
 
-def breaks(
-    tokenizer: Tokenizer, ids: Sequence[int], connectives: Mapping[str, str]
-) -> tuple[list[int], list[bool]]:
+def breaks(tokenizer: Tokenizer, ids: Sequence[int]) -> list[int]:
     """How good a break lies before each position of `ids` (0 at the start): the clause
     punctuation that ends the token before it where a word starts there, else whether a
-    word starts there; and whether a connective's clause starts there."""
+    word starts there."""
     tokens = tok.detokenize(tokenizer, [[i] for i in ids])
     words = [after[:1].isspace() or tok.starts_word(tokenizer, i) for after, i in zip(tokens, ids)]
-    words.append(True)  # the end, as a word after the last token
-    strength = [0] + [
+    return [0] + [
         (BREAK_STRENGTH.get(before.rstrip()[-1:], 0) or WORD_START) if word else 0
-        for before, word in zip(tokens, words[1:-1])
+        for before, word in zip(tokens, words[1:])
     ]
-    connective = [
-        strength[p] >= CLAUSE and words[p + 1] and tokens[p].strip() in connectives
-        for p in range(len(ids))
-    ]
-    return strength, connective
 
 
-def split_at_breaks(
-    ids: Sequence[int], limit: int, strength: Sequence[int], connective: Sequence[bool]
-) -> list[list[int]]:
+def split_at_breaks(ids: Sequence[int], limit: int, strength: Sequence[int]) -> list[list[int]]:
     """`ids` as pieces of at most `limit` tokens (see the module's doc): if they do not fit,
     cut after every clause of the strongest kind they have (sentences, then ; and :, then
-    commas), each piece still too long after its own strongest, and so on; before every
-    `connective` clause; then what is still too long at its best break points (`strength` of a
-    break before each position)."""
+    commas), each piece still too long after its own strongest, and so on; then what is still
+    too long at its best break points (`strength` of a break before each position)."""
+    if len(ids) <= limit:
+        return [list(ids)]
     shortest = max(1, int(limit * SHORTEST_PIECE))
-    strongest = max(CLAUSE, *strength[1:]) if len(ids) > limit else math.inf
+    strongest = max(CLAUSE, *strength[1:])
     cuts, start = [], 0
     for p in range(1, len(ids)):
-        clause = connective[p] or strength[p] >= strongest
-        if clause and p - start >= shortest and len(ids) - p >= shortest:
+        if strength[p] >= strongest and p - start >= shortest and len(ids) - p >= shortest:
             cuts.append(p)
             start = p
     if not cuts:
@@ -202,9 +163,7 @@ def split_at_breaks(
     return [
         piece
         for begin, end in spans
-        for piece in split_at_breaks(
-            ids[begin:end], limit, strength[begin:end], connective[begin:end]
-        )
+        for piece in split_at_breaks(ids[begin:end], limit, strength[begin:end])
     ]
 
 

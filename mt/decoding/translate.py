@@ -1,14 +1,15 @@
-"""Translate text: sources encoded (one longer than decode.piece_tokens cut into pieces that
-fit, mt.decoding.pieces), sorted by length, packed into batches of about `decode.batch_tokens`
+"""The torch engine: sources of token ids (each fits the model: the Translator cut them,
+mt.decoding.engine) sorted by length, packed into batches of about `decode.batch_tokens`
 source tokens (0: as many as suit the device), decoded greedily, with beam search or by
 sampling (mt.decoding.sampling), each optionally from a forced target prefix, a batch with
 terminology constraints by constrained beam search (mt.decoding.constraints), and returned in
-input order."""
+input order. What both engines share of a call: the output lengths and prefixes a piece
+may have (`output_limits`, `piece_prefixes`), a batch's size (`translation_batch_tokens`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -23,9 +24,9 @@ from ..errors import ConfigError, MachineError
 from ..messages import say
 from ..model import Transformer
 from .beam import beam_search
-from .constraints import Constraints, constrained_beam_search, encode_constraints
+from .constraints import Constraints, constrained_beam_search
 from .ensemble import Ensemble
-from .pieces import Pieces, piece_limit, source_pieces
+from .pieces import Pieces
 from .sampling import sample
 from .search import (
     FREE,
@@ -37,50 +38,6 @@ from .search import (
     search,
     within_positions,
 )
-
-
-def translate_nbest(
-    model: Transformer,
-    src_tokenizer: Tokenizer,
-    tgt_tokenizer: Tokenizer,
-    texts: Sequence[str],
-    cfg: DecodeConfig,
-    device: torch.device | str = "cpu",
-    progress: bool = False,
-    prefixes: Sequence[str] | None = None,
-    constraints: Sequence[Sequence[str]] | None = None,
-    connectives: Mapping[str, str] | None = None,
-) -> list[list[tuple[str, float]]]:
-    """Up to `cfg.nbest` (text, score) pairs per text, best first; the score is the
-    length-normalised log-probability (NaN for greedy search, which does not compute it).
-    `prefixes`: the target text each translation starts with ("": none), one per text;
-    `constraints`: the target terms each translation must contain, a list per text (a text
-    cut into pieces has both on its first piece); `connectives`: the model's, each with its
-    translation (mt.decoding.trained), where pieces may be cut before them."""
-    limit = piece_limit(model.cfg, cfg)
-    pieces = source_pieces(src_tokenizer, texts, limit, cfg.target_language, connectives)
-    ids = pieces.ids
-    limits = output_limits(model.cfg, ids, cfg)
-    forced = piece_prefixes(tgt_tokenizer, pieces, prefixes, limits)
-    terms = None
-    if constraints is not None:
-        if cfg.sampling:
-            raise ConfigError("constraints need beam search: decode.sampling samples")
-        if cfg.rules == "transformers":  # generate() has no constraints to follow
-            raise ConfigError("constraints follow mt's beam search: not decode.rules transformers")
-        if len(constraints) != len(texts):
-            raise ConfigError(f"{len(constraints)} lists of terms for {len(texts)} texts")
-        first = pieces.first(constraints, [])
-        terms = encode_constraints(tgt_tokenizer, first, limits, pieces.numbers)
-    hypotheses = translate_ids(model, ids, cfg, device, progress, forced, terms)
-    flat = tok.detokenize(tgt_tokenizer, [h.tokens for hyps in hypotheses for h in hyps])
-    out, start = [], 0
-    for hyps in hypotheses:
-        texts_ = flat[start : start + len(hyps)]
-        out.append(list(zip(texts_, (h.score for h in hyps))) or [("", float("nan"))])
-        start += len(hyps)
-    return pieces.joined(out)
-
 
 CPU_BATCH_TOKENS = 4096  # decode.batch_tokens 0 (auto) on a CPU, where more is no faster
 

@@ -31,6 +31,7 @@ from ..decoding.ct2 import (
     unk_token,
     vocabulary,
 )
+from ..decoding.trained import METADATA
 from ..errors import ConfigError
 from ..run_folder import tokenizer_files
 from .converter import convert
@@ -86,6 +87,8 @@ class ToCTranslate2:
             "checkpoint": str(loaded.path.resolve()),
             "step": int(loaded.metadata.get("step", 0)),
             "bleu": known_bleu(loaded.metadata),
+            # what decoding measured of the weights (mt.decoding.trained), as they keep it
+            METADATA: json.loads(loaded.metadata.get(METADATA, "null")),
             "command": self.command,
             "src_tokenizer": str(src_file),
             "tgt_tokenizer": str(tgt_file),

@@ -44,7 +44,8 @@ from ..config import SPECIAL_TOKENS, Config
 from ..data.spm import SentencePieceTokenizer
 from ..decoding.ct2 import known_bleu
 from ..decoding.search import output_lengths, within_positions
-from ..from_marian import TARGET_VOCAB, TOKENIZER_FILES, require_hf, weight_names
+from ..decoding.trained import METADATA
+from ..from_marian import MT_KEY, TARGET_VOCAB, TOKENIZER_FILES, mt_keys, require_hf, weight_names
 from ..model import max_sentence_tokens
 from ..run_folder import data_dir, store_files
 from .converter import convert
@@ -94,7 +95,7 @@ class ToMarian:
 
         config = loaded.config
         lengths = validation_lengths(ckpt.run_dir_of(loaded.path, config))
-        model = marian_model(loaded.model, config, lengths)
+        model = marian_model(loaded.model, config, lengths, loaded.metadata.get(METADATA))
         model.save_pretrained(folder)
         _save_tokenizer(loaded, config, folder)
         longest = model.generation_config.max_length - 2  # tokens before EOS
@@ -143,9 +144,14 @@ def search_options(config: Config, lengths: dict[str, np.ndarray]) -> dict[str, 
     return options | {"length_penalty": round(float(slope.mean()), 4), "early_stopping": "never"}
 
 
-def marian_model(model: Any, config: Config, lengths: dict[str, np.ndarray]) -> Any:
+def marian_model(
+    model: Any, config: Config, lengths: dict[str, np.ndarray], trained: Any = None
+) -> Any:
     """A transformers MarianMTModel holding our Transformer's weights, its generation config
-    from `search_options` (`lengths`: the run's validation lengths)."""
+    from `search_options` (`lengths`: the run's validation lengths); its config.json keeps,
+    under MT_KEY, what mt decodes it with besides (`trained`: the weights' measurements of
+    mt.decoding.trained, and the placeholders of the vocabulary), which transformers keeps
+    and ignores."""
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
     m = config.model
@@ -175,6 +181,7 @@ def marian_model(model: Any, config: Config, lengths: dict[str, np.ndarray]) -> 
             share_encoder_decoder_embeddings=config.tokenizer.joint,
             tie_word_embeddings=True,
             **special_ids,
+            **{MT_KEY: mt_keys(config, trained)},
         )
     )
     state = marian_state(model, config.tokenizer.joint)

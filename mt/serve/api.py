@@ -9,7 +9,9 @@ translated, the markup kept, mt.formats) and `api_key` (mt.serve.access), as JSO
 answers `translatedText` and `alternatives`; ours add `scores` (best first, the length-
 normalised log-probability; null for greedy search and html), `short` (whether a text came out
 much shorter than its source predicts even after the coverage guard translated it again in
-smaller pieces, mt.decoding.coverage: text may be lost; false for html), `beam`, `model`,
+smaller pieces, mt.decoding.coverage: text may be lost; false for html), `placed` (how many
+of a text's numbers, URLs, addresses and placeholders the model did not carry over exactly and
+that were put back where their neighbours are, mt.decoding.placeholders), `beam`, `model`,
 `step` and `seconds` (of the model that translated the first text). With `source: auto` each
 text's language is identified among the models' (mt.data.language) and it goes to the model
 from that language (to `target`, if given); `detectedLanguage` says what the text was taken to
@@ -274,8 +276,9 @@ class Api:
             decoded = await self._translate_texts(
                 wanted, beam, alternatives + 1, work, model, *steer
             )
-            for i, hyps, short in zip(todo, decoded.nbest, decoded.short):
-                found.nbest[i], found.short[i] = hyps, short
+            for k, i in enumerate(todo):
+                found.nbest[i], found.short[i] = decoded.nbest[k], decoded.short[k]
+                found.placed[i] = decoded.placed[k]
         first = next((model for _, model in routes if model is not None), None)
         taken = [c for c, _ in routes] if source == "auto" else None
         return found, single, taken, first, beams.get(first, asked or self.service.first.beam)

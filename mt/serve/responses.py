@@ -29,7 +29,7 @@ def answer(
 ) -> dict:
     """LibreTranslate's answer (translatedText, alternatives, and detectedLanguage: the
     language each text was taken to be in, given source auto) and ours."""
-    short, found = found.short, found.nbest
+    short, placed, found = found.short, found.placed, found.nbest
     best = [hyps[0][0] for hyps in found]
     alternatives = [[text for text, _ in hyps[1:]] for hyps in found]
     scores = [[_score(s) for _, s in hyps] for hyps in found]
@@ -42,6 +42,7 @@ def answer(
     out.update(
         scores=scores[0] if single else scores,
         short=short[0] if single else short,
+        placed=placed[0] if single else placed,
         beam=beam,
         model=info["model"],
         step=info["step"],

@@ -59,10 +59,12 @@ class Layouts:
         return [layout.joined(hyps) for layout, hyps in self._per_text(found)]
 
     def translations(self, found: Translations) -> Translations:
-        """Each text's n-best (`joined`) and whether it is short: a sentence of it is (the
-        verdict of the guard that `found`, the translations of `sentences`, carry)."""
+        """Each text's n-best (`joined`), whether it is short (a sentence of it is: the
+        verdict of the guard that `found`, the translations of `sentences`, carry), and its
+        spans placed by their neighbours (its sentences')."""
         short = [any(flags) for _, flags in self._per_text(found.short)]
-        return Translations(self.joined(found.nbest), short)
+        placed = [sum(counts) for _, counts in self._per_text(found.placed)]
+        return Translations(self.joined(found.nbest), short, placed)
 
 
 def translate_texts_nbest(

@@ -25,6 +25,8 @@ from ..decoding.pieces import join_nbest
 # English abbreviations Punkt's model does not know, that never end a sentence alone
 ABBREVIATIONS = ("e.g", "i.e")
 LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")  # str.splitlines' set
+# what numbers or marks an item of a list or a heading, kept as it is ("1.", "2.3)", "(a)", "•")
+ENUMERATOR = re.compile(r"(?:\(?\d{1,3}(?:\.\d{1,3}){0,4}[.)]|\([a-zA-Z]\)|[a-z]\)|[-•*–—])\s+")
 
 
 @cache
@@ -60,14 +62,21 @@ class Layout:
     @classmethod
     def of(cls, text: str, split: bool = True) -> Layout:
         """`text` cut into sentences (by lines, then by Punkt); `split` False: the whole
-        text is one sentence, as the model would have read it."""
+        text is one sentence, as the model would have read it. A piece without a letter
+        ("1.", "2024", "—") is no sentence but layout, kept as it is, as is the enumerator
+        that starts a sentence ("1. The Tortoise and the Hare": "1. " and a sentence)."""
         if not split:
             return cls([text], ["", ""])
         sentences, gaps, at = [], [], 0
         for line_start, line_end in _lines(text):
             for start, end in split_sentences(text[line_start:line_end]):
-                gaps.append(text[at : line_start + start])
-                sentences.append(text[line_start + start : line_start + end])
+                start += line_start
+                if not any(c.isalpha() for c in text[start : line_start + end]):
+                    continue  # in the gap before the next sentence
+                if enumerator := ENUMERATOR.match(text, start, line_start + end):
+                    start = enumerator.end()
+                gaps.append(text[at:start])
+                sentences.append(text[start : line_start + end])
                 at = line_start + end
         return cls(sentences, [*gaps, text[at:]])
 

@@ -27,6 +27,7 @@ class TrainState:
     world_size: int = 1  # processes that trained the run: an exact resume needs as many
     pack_length: int = 0  # tokens a packed row of the run's batches (0: padded)
     precision: str = ""  # what train.precision auto measured on a CPU, kept ("": not measured)
+    carried: int = 0  # the length the last validation measured the model carries (0: none yet)
 
     def validated(self, bleu: float) -> bool:
         """Count a validation's BLEU: True when it is the best so far (patience starts over)."""

@@ -25,9 +25,10 @@ from ..config import Config, TrainConfig
 from ..config_checks import check_training_stops
 from ..data.batches import Batches
 from ..data.dropout import dropout_epochs
+from ..data.examples import ExampleMaker, Settings
 from ..data.packing import row_length
 from ..data.prepare import inputs_of, prepare
-from ..decoding.trained import Trained
+from ..decoding.trained import METADATA, Trained, length_ratio
 from ..errors import Unhealthy
 from ..messages import say
 from ..model import Transformer
@@ -125,7 +126,6 @@ class Trainer:
             self.model, net, self.optimiser, t, self.ranks, plan.dtype, plan.compiled
         )
         self.checks = Checks(config, self.state.vitals, self.unigram)
-        self.trained: Trained | None = None  # what the training split says, for validation
 
     def _prepare_data(self) -> None:
         """Rank 0 builds (or reuses) the data cache first; the others then read it."""
@@ -138,8 +138,10 @@ class Trainer:
             self.data = prepare(self.config, write=False)
 
     def _batches(self) -> Batches:
+        train, settings = self.data.splits["train"], Settings.of(self.config)
+        tokenizers = self.data.src_tokenizer, self.data.tgt_tokenizer
         return Batches(
-            self.data.splits["train"],
+            train,
             self.config.train.max_tokens,
             self.config.run.seed,
             self.state.position,
@@ -149,6 +151,7 @@ class Trainer:
             pack_length=self.state.pack_length,
             resegment=dropout_epochs(self.data, self.config),  # None without BPE-dropout
             specials=self.model.specials,
+            examples=settings and ExampleMaker(settings, train, tokenizers, self.config),
         )
 
     def _plan_update(self, net: torch.nn.Module) -> UpdatePlan:
@@ -315,12 +318,10 @@ class Trainer:
     def _validation_bleu(self) -> list[float]:
         """Validate, log and say how it went (rank 0): BLEU, NLL, NLL with shuffled sources."""
         state = self.state
-        if self.trained is None:  # measured once
-            tokenizers = self.data.src_tokenizer, self.data.tgt_tokenizer
-            self.trained = Trained.of_split(self.data.splits.get("train"), self.config, tokenizers)
         record, examples = validation_record(
             self.model, self.data, self.config, self.device, self.trained
         )
+        state.carried = record["carried"]
         where = {"step": state.step, "epoch": state.position.epoch}
         self.progress.log({"kind": "valid", **where, **record, "elapsed_s": state.elapsed})
         bleu = record["bleu"]
@@ -341,12 +342,20 @@ class Trainer:
             self.model, self.optimiser, self.state, tokenizers, self._extra
         )
 
+    @property
+    def trained(self) -> Trained:
+        """What decoding needs of the model, as measured so far (mt.decoding.trained): the
+        length it carries (data.max_length before any validation) and its length ratio."""
+        carried = self.state.carried or self.config.data.max_length
+        return Trained(carried, length_ratio(self.data.stats))
+
     def _extra(self) -> dict[str, Any]:
         """The weights' metadata besides the config and the tokenizers, read without them."""
         state = self.state
         return {
             "best_bleu": state.best_bleu,
             "epoch": state.position.epoch,
+            METADATA: self.trained.saved(),  # travels with the weights
             **self.inputs,  # what a resume checks before it rebuilds anything
         }
 

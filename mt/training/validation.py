@@ -6,33 +6,32 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..config import Config
+from ..data import tokenizer as tok
 from ..data.prepare import Prepared
 from ..data.store import Sentences, Split
 from ..decoding.pieces import fitted_pairs
 from ..decoding.scoring import teacher_forced
-from ..decoding.trained import Trained, carried_pieces
+from ..decoding.trained import METADATA, Trained, carried_pieces, measure_carried
 from ..model import Transformer, max_sentence_tokens
 from .loss import smoothed_loss
 
 
 def validation_record(
-    model: Transformer,
-    data: Prepared,
-    config: Config,
-    device: torch.device,
-    trained: Trained | None = None,
+    model: Transformer, data: Prepared, config: Config, device: torch.device, trained: Trained
 ) -> tuple[dict[str, Any], list[str]]:
-    """The record of a validation (loss, nll, ppl, bleu, sentences) and up to
-    `train.eval_examples` examples (source, reference, hypothesis) to show; `trained`: what
-    the training split says (mt.decoding.trained), measured here unless given."""
+    """The record of a validation (loss, nll, ppl, bleu, sentences, and the length the model
+    carries, `carried`) and up to `train.eval_examples` examples (source, reference,
+    hypothesis) to show. The BLEU is of a fixed subset translated greedily as mt translate
+    does (mt.decoding.engine), in pieces of `trained.carried` tokens; the length carried is
+    measured on the same subset (mt.decoding.trained)."""
     from ..decoding.evaluate import bleu_chrf
-    from ..decoding.translate import translate_nbest
 
     t, valid = config.train, data.splits["valid"]
     model.eval()
@@ -43,25 +42,32 @@ def validation_record(
     sources = [valid.src_text[i] for i in subset]
     references = [valid.tgt_text[i] for i in subset]
     greedy = dataclasses.replace(config.decode, beam=1, nbest=1, sampling=False)  # quick
-    tokenizers = data.src_tokenizer, data.tgt_tokenizer
-    # cut in the pieces mt translate cuts
-    trained = trained or Trained.of_split(data.splits.get("train"), config, tokenizers)
-    greedy = carried_pieces(greedy, trained.carried)
+    translator = in_memory(model, data, config, device, trained)
     targets = [valid.targets[i] for i in subset] if valid.targets else [""] * len(subset)
-    hypotheses = [""] * len(subset)
+    hypotheses, carried = [""] * len(subset), trained.carried
+    longest = min(config.data.max_length, max_sentence_tokens(model.cfg))
     for target in dict.fromkeys(targets):  # a model of both directions: each apart
         decode = dataclasses.replace(greedy, target_language=target or greedy.target_language)
         picked = [k for k, to in enumerate(targets) if to == target]
-        found = translate_nbest(
-            model,
-            *tokenizers,
-            [sources[k] for k in picked],
-            decode,
-            device=device,
-            connectives=trained.connectives,
+        found = translator.translate(
+            [sources[k] for k in picked], carried_pieces(decode, trained.carried)
         )
-        for k, hyps in zip(picked, found):
-            hypotheses[k] = hyps[0][0]
+        for k, hypothesis in zip(picked, found):
+            hypotheses[k] = hypothesis
+        carried = min(
+            carried,
+            measure_carried(
+                lambda texts, limit, decode=decode: translator.translate(
+                    texts, dataclasses.replace(decode, piece_tokens=limit, coverage=0.0)
+                ),
+                [sources[k] for k in picked],
+                [references[k] for k in picked],
+                found,
+                [len(x) for x in tok.encode(data.src_tokenizer, [sources[k] for k in picked])],
+                longest,
+                lambda hyps, refs: bleu_chrf(hyps, refs)["bleu"],
+            ),
+        )
     record = {
         "loss": loss,
         "nll": nll,
@@ -69,12 +75,25 @@ def validation_record(
         "ppl": math.exp(min(nll, 50)),
         "bleu": bleu_chrf(hypotheses, references)["bleu"],
         "sentences": len(subset),
+        "carried": carried,
     }
     examples = [
         f"  src: {sources[i]}\n  ref: {references[i]}\n  hyp: {hypotheses[i]}"
         for i in range(min(t.eval_examples, len(sources)))
     ]
     return record, examples
+
+
+def in_memory(
+    model: Transformer, data: Prepared, config: Config, device: torch.device, trained: Trained
+):
+    """The model being trained as a Translator (mt.decoding.engine), carrying `trained`."""
+    from ..checkpoint import Loaded
+    from ..decoding.engine import TorchTranslator
+
+    tokenizers = data.src_tokenizer, data.tgt_tokenizer
+    loaded = Loaded(model, config, *tokenizers, Path(config.run.dir), {METADATA: trained.saved()})
+    return TorchTranslator(loaded, config, device)
 
 
 @torch.no_grad()

@@ -18,7 +18,6 @@ from mt.data.prepare import Prepared, prepare
 from mt.data.store import Split
 from mt.decoding.engine import open_translator
 from mt.decoding.pieces import source_pieces
-from mt.decoding.trained import carried_length
 from mt.decoding.translate import translate_ids
 from mt.model import max_sentence_tokens
 from mt.text import translate_texts
@@ -72,18 +71,17 @@ def test_one_line_in_one_line_out_each_lines_sentences_joined(cli_main, run_dir,
 def test_a_sentence_twice_the_carried_length_comes_back_whole_one_policy_for_all(
     cli_main, run_dir, tmp_path
 ):
-    loaded = checkpoint.load(run_dir)
+    translator = open_translator(run_dir)
+    loaded, limit = translator.loaded, translator.trained.carried
+    assert 1 < limit <= loaded.config.data.max_length < max_sentence_tokens(loaded.model.cfg)
+    assert translator.decoding(None).piece_tokens == limit  # measured, from the weights
     train = prepare(loaded.config).splits["train"]
-    limit = carried_length(train.src.offsets, loaded.config.data.max_length)
-    assert open_translator(run_dir).decoding(None).piece_tokens == limit
-    assert limit < loaded.config.data.max_length < max_sentence_tokens(loaded.model.cfg)
     text = long_sentence(loaded.src_tokenizer, 2 * limit)
     pieces = source_pieces(loaded.src_tokenizer, [text], limit)
-    assert len(pieces.ids) >= 3 and max(map(len, pieces.ids)) <= limit
+    assert len(pieces.ids) >= 2 and max(map(len, pieces.ids)) <= limit
     decoded = tok.detokenize(loaded.src_tokenizer, pieces.ids)
-    # cut after every clause, each given as a sentence (mt.decoding.clauses)
-    clauses = [c[0].upper() + c[1:] for c in text.removesuffix(".").split(", ")]
-    assert decoded == [*clauses[:-1], clauses[-1] + "."]
+    # cut after clauses, each piece as a source starts: no space before it
+    assert " ".join(decoded) == text and all(p == p.strip() for p in decoded)
     greedy = dataclasses.replace(loaded.config.decode, beam=1, nbest=1)
     found = translate_ids(loaded.model, pieces.ids, greedy)
     translated = tok.detokenize(loaded.tgt_tokenizer, [h[0].tokens for h in found])
@@ -100,7 +98,9 @@ def test_a_sentence_twice_the_carried_length_comes_back_whole_one_policy_for_all
     valid = Split(*ids, [text], ["hola"])
     splits = {"valid": valid, "train": train}
     data = Prepared(splits, loaded.src_tokenizer, loaded.tgt_tokenizer, {}, True)
-    _, examples = validation_record(loaded.model, data, config, torch.device("cpu"))
+    _, examples = validation_record(
+        loaded.model, data, config, torch.device("cpu"), translator.trained
+    )
     assert examples[0].endswith(f"hyp: {whole}")
     # mt score of a pair past the positions: scored on what fits, said in one line
     longer = long_sentence(loaded.src_tokenizer, max_sentence_tokens(loaded.model.cfg))

@@ -113,20 +113,23 @@ def test_prepare_drops_and_counts_them_and_the_key_is_in_the_fingerprint(cli, tm
     assert "dropped: empty 2, duplicate 1, language 2, copy 1, too_long 0, ratio 0" in result.stdout
 
 
-@pytest.mark.parametrize("key", ["filter_language", "both_directions"])
+@pytest.mark.parametrize(
+    "key", ["data.filter_language", "data.both_directions", "tokenizer.placeholders"]
+)
 def test_a_key_added_later_off_keeps_the_fingerprint_of_configs_from_before_it(key):
-    """Runs prepared before data.filter_language and data.both_directions existed reuse their
-    data; either key on is another store."""
+    """Runs prepared before data.filter_language, data.both_directions and
+    tokenizer.placeholders existed reuse their data; any of them on is another store."""
     config = Config()
     before = dataclasses.asdict(config.data)
     del before["filter_language"], before["both_directions"], before["workers"]
     tokenizer = {k: v for k, v in dataclasses.asdict(config.tokenizer).items() if k != "dropout"}
-    del tokenizer["model"]
+    del tokenizer["model"], tokenizer["placeholders"]
     inputs = {"version": CACHE_VERSION, "seed": config.run.seed, "data": before}
     inputs["tokenizer"] = tokenizer
     old = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     assert fingerprint(config) == old
-    setattr(config.data, key, True)
+    section, name = key.split(".")
+    setattr(getattr(config, section), name, 16 if name == "placeholders" else True)
     assert fingerprint(config) != old
 
 

@@ -1,16 +1,14 @@
-"""Pieces the model can carry (decode.piece_tokens: through a Translator, the length 98% of
-its training sources are within, mt.decoding.trained) and the coverage guard
+"""Pieces the model can carry (decode.piece_tokens: through a Translator, the length measured
+on it, mt.decoding.trained) and the coverage guard
 (mt.decoding.coverage): a translation much shorter than its source predicts is translated
 again in smaller pieces, once, and flagged if still short."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
@@ -23,7 +21,7 @@ from mt.data import tokenizer as tok
 from mt.decoding.coverage import LEAST_SOURCE_TOKENS, Coverage
 from mt.decoding.engine import Translator, open_translator
 from mt.decoding.pieces import piece_limit
-from mt.decoding.trained import DEFAULT_RATIO, Trained, carried_length
+from mt.decoding.trained import DEFAULT_RATIO, Trained
 from mt.errors import ConfigError
 from mt.text import Layouts, Translations, translate_texts_nbest
 
@@ -44,10 +42,10 @@ class Dropping(Translator):
 
     def __init__(self, ratio: float = 1.0) -> None:
         super().__init__(Config(), "cpu", Path("fake"), (words(), words()))
-        self.__dict__["trained"] = Trained(64, ratio)  # as a run folder would say
+        self.__dict__["trained"] = Trained(64, ratio)  # as its metadata would say
         self.pieces: list[int] = []
 
-    def _translate_nbest(self, texts, decode, progress, prefixes, constraints):
+    def _pieces_nbest(self, texts, decode, progress, prefixes, constraints):
         self.pieces.append(decode.piece_tokens)
         size, out = decode.piece_tokens, []
         for text in texts:
@@ -60,6 +58,12 @@ class Dropping(Translator):
 
     def _with(self, config):
         raise AssertionError("a model of one direction is never turned")
+
+    def _decode(self, *args):
+        raise AssertionError("pieces are decoded by _pieces_nbest")
+
+    def _metadata(self):
+        return {}
 
     @property
     def run_dir(self) -> Path:
@@ -81,23 +85,6 @@ def test_pieces_are_the_carried_length_within_the_positions():
     translator = Dropping()
     assert translator.decoding(None).piece_tokens == 64  # through a Translator: carried
     assert translator.decoding(DecodeConfig(piece_tokens=32)).piece_tokens == 32
-
-
-def test_what_the_prepared_corpus_says_and_the_defaults_without_it(tmp_path):
-    lengths = [5] * 980 + [40] * 20  # 98% within 5 tokens
-    assert carried_length(np.cumsum([0, *lengths]), 64) == 5
-    assert carried_length(np.cumsum([0, *lengths]), 64, percentile=99) == 40
-    assert carried_length(np.cumsum([0, *lengths]), 4) == 4  # data.max_length at most
-    assert carried_length(None, 64) == 64
-    config = Config()
-    config.data.max_length = 50
-    assert Trained.of(tmp_path, config, (words(), words())) == Trained(50, DEFAULT_RATIO)
-    data = tmp_path / "data"
-    data.mkdir()
-    meta = {"stats": {"tokens": {"train": {"src": 1000, "tgt": 1200}}}}
-    (data / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-    np.cumsum([0, *lengths]).astype(np.int64).tofile(data / "train.src.offsets")
-    assert Trained.of(tmp_path, config, (words(), words())) == Trained(5, 1.2)  # no store
 
 
 def test_short_is_judged_on_long_sources_only_against_the_ratio():

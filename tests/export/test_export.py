@@ -21,8 +21,7 @@ from helpers.runs import tiny_config
 from mt import checkpoint
 from mt.config_file import load_config
 from mt.data.corpus import read_pairs_jsonl
-from mt.decoding import ct2
-from mt.decoding.translate import translate_nbest
+from mt.decoding.engine import open_translator
 from mt.export import to_ctranslate2 as export
 from mt.training.trainer import train
 
@@ -75,18 +74,17 @@ def tatoeba(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[
 def torch_nbest(
     run: Path, texts: list[str], prefixes: list[str] | None = None, **decode
 ) -> list[list[tuple[str, float]]]:
-    loaded = checkpoint.load(run)
-    cfg = dataclasses.replace(loaded.config.decode, **decode)
-    tokenizers = (loaded.src_tokenizer, loaded.tgt_tokenizer)
-    return translate_nbest(loaded.model, *tokenizers, texts, cfg, prefixes=prefixes)
+    translator = open_translator(run, device="cpu")
+    cfg = dataclasses.replace(translator.config.decode, **decode)
+    return translator.translate_nbest(texts, cfg, prefixes=prefixes).nbest
 
 
 def ct2_nbest(
     folder: Path, texts: list[str], prefixes: list[str] | None = None, **decode
 ) -> list[list[tuple[str, float]]]:
-    exported = ct2.load(folder)
-    cfg = dataclasses.replace(exported.config.decode, **decode)
-    return ct2.translate_nbest(exported, texts, cfg, prefixes)
+    translator = open_translator(folder, device="cpu")
+    cfg = dataclasses.replace(translator.config.decode, **decode)
+    return translator.translate_nbest(texts, cfg, prefixes=prefixes).nbest
 
 
 @needs_shared

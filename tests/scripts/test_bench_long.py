@@ -1,62 +1,57 @@
-"""scripts/bench_long.py: the policies it compares (pN: pieces of a percentile of the
-training sources' lengths) and its table, with only the policies a run chose."""
+"""scripts/bench_long.py: the constructions it joins sentences in, held out from training, the
+one-by-one translations joined alike, and the spans it puts in and counts."""
 
 from __future__ import annotations
 
 import importlib.util
 
 from helpers.corpus import ROOT
+from mt.data.joins import CLAUSES
 
 spec = importlib.util.spec_from_file_location("bench_long", ROOT / "scripts" / "bench_long.py")
 bench_long = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench_long)
 
-
-def scored_row(per_line: int, policies: list[str]) -> dict:
-    row = {"per_line": per_line, "lines": 16 // per_line, "one_by_one": {"bleu": 40, "length": 1}}
-    for policy in policies:
-        row[policy] = {"bleu": 30.0, "length": 0.9}
-        row[f"short_{policy}"] = 0
-    return row
-
-
-def result(policies: list[str]) -> dict:
-    return {
-        "model": "m", "beam": 5, "length_ratio": 1.0, "carried": 17, "max_length": 64,
-        "joined": [scored_row(n, policies) for n in (1, 2)],
-        "longest": {"sentences": 64, "words": 410, **dict.fromkeys(policies, 0.9)},
-    }  # fmt: skip
+PAIRS = [
+    ("Tom left.", "Tom se fue."),
+    ("The cat ran.", "El gato corrió."),
+    ("Is it late?", "¿Es tarde?"),
+    ("I sat.", "Me senté."),
+]
 
 
-def test_a_policy_pn_is_pieces_of_a_percentile():
-    assert bench_long.percentile_of("p98") == 98
-    assert bench_long.percentile_of("p99.5") == 99.5
-    assert bench_long.percentile_of("guard") is None
-    assert bench_long.percentile_of("p") is None
-    assert bench_long.percentile_of("p9.9.9") is None
+def test_the_held_out_junctions_are_none_that_training_joins_with():
+    trained = {english for english, _ in CLAUSES}
+    assert not trained & {english for english, _ in bench_long.HELD_OUT}
+    assert bench_long.CONSTRUCTIONS["spaces"] == ()
 
 
-def test_the_table_has_a_column_a_policy_chosen_and_the_firing_of_those_run():
-    chosen = {**result(["today", "guard", "p95"]), "policies": ["today", "guard", "p95"]}
-    chosen |= {"piece_tokens": {"p95": 14}, "split": "valid"}
-    lines = bench_long.render(chosen)
-    header = next(line for line in lines if line.startswith("| per line"))
-    columns = "one by one | today | pieces of 17 + guard | pieces of 14 (p95) + guard"
-    assert header == f"| per line | lines | {columns} |"
-    assert "Tatoeba valid sentences" in lines[2]
-    rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
-    assert all(row.count("|") == header.count("|") for row in rows)
-    # a result from before --policies: every policy, both firing columns
-    every = bench_long.render(result(list(bench_long.POLICIES)))
-    header = next(line for line in every if line.startswith("| per line"))
-    fires = "fires (still short) at 64 | fires (still short) at 17"
-    assert header.endswith(f"| pieces of 17 + guard | {fires} |")
+def test_a_junction_joins_two_sentences_that_end_in_full_stops_on_both_sides():
+    inside = bench_long.Inside(["Yes, I saw the cat and Tom.", "Sí, vi el gato y a Tom."])
+    lines = bench_long.joined_lines(PAIRS, 4, ((", and yet", ", y sin embargo"),), (inside,) * 2, 1)
+    ((source, reference, chosen),) = lines
+    assert source == "Tom left, and yet the cat ran, and yet is it late? I sat."
+    assert (
+        reference == "Tom se fue, y sin embargo el gato corrió, y sin embargo ¿es tarde? Me senté."
+    )
+    assert chosen[2] is None  # after a question: a space
+    # the translations one by one, joined alike
+    singles = ["Tom partió.", "El gato huyó.", "¿Es tarde?", "Me senté."]
+    assert bench_long.joined(singles, chosen, 1, inside) == (
+        "Tom partió, y sin embargo el gato huyó, y sin embargo ¿es tarde? Me senté."
+    )
+    spaces = bench_long.joined_lines(PAIRS, 2, (), (inside,) * 2, 1)
+    assert [s for s, _, _ in spaces] == ["Tom left. The cat ran.", "Is it late? I sat."]
 
 
-def test_joined_sentences_start_inside_as_the_corpus_writes_their_first_word_there():
-    inside = bench_long.Inside(["Yes, I saw the cat and Tom.", "Then the dog ran, ¿qué?"])
-    sentences = ["Tom left.", "The cat ran!", "I sat?", "¿Qué pasa?"]
-    line = bench_long.joined(sentences, "and", inside)
-    assert line == "Tom left, the cat ran, I sat, and ¿qué pasa?"
-    assert bench_long.joined(sentences, "and") == "Tom left, The cat ran, I sat, and ¿Qué pasa?"
-    assert bench_long.joined(["One."], "and", inside) == "One."
+def test_a_span_put_in_counts_when_it_comes_back_once_and_whole():
+    inside = bench_long.Inside([])
+    lines = bench_long.span_lines(PAIRS * 3, (inside,) * 2, 1)
+    kinds = [k for k, *_ in bench_long.SPAN_KINDS]
+    assert len(lines) == 12 and len({line[2] for line in lines}) > 6
+    for (source, reference, span), kind in zip(lines, kinds * 2):
+        assert span in source and span in reference, kind
+    assert bench_long.carried_once("10:30", "A las 10:30, sí.")
+    assert not bench_long.carried_once("10", "A las 10:30 y 10.")
+    assert not bench_long.carried_once("3", "Son 13.")
+    assert not bench_long.carried_once("%d", "Hay %d y %d.")

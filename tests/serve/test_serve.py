@@ -375,7 +375,6 @@ def test_loading_and_busy_answer_503_with_retry_after(model):
 
 def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
     pytest.importorskip("ctranslate2")
-    from mt.decoding import ct2
     from mt.export.to_ctranslate2 import to_ctranslate2
 
     folder = to_ctranslate2(model, tmp_path / "ct2")
@@ -388,16 +387,17 @@ def test_an_exported_folder_is_served_by_ctranslate2(model, tmp_path):
         _, answer, _ = call(address, "/translate", {"q": texts, "alternatives": 1})
     decode = dataclasses.replace(service.first.translator.config.decode, nbest=2)
     sentences = [*SENTENCES, "Hello.", "I love you."]
-    want = ct2.translate_nbest(service.first.translator.exported, sentences, decode)
+    translator = service.first.translator
+    want = translator.translate_nbest(sentences, decode).nbest
     assert answer["translatedText"][:-1] == [hyps[0][0] for hyps in want[:-2]]
     assert answer["alternatives"][:-1] == [[hyps[1][0]] for hyps in want[:-2]]
     assert answer["translatedText"][-1] == f"{want[-2][0][0]} {want[-1][0][0]}"
     # a sentence longer than the positions: whole, in the pieces torch's engine cuts
-    exported = service.first.translator.exported
-    limit = max_sentence_tokens(exported.config.model)
-    text = long_sentence(exported.src_tokenizer, 2 * limit)
-    cut = source_pieces(exported.src_tokenizer, [text], limit)
-    pieces = tok.detokenize(exported.src_tokenizer, cut.ids)
-    (whole,) = ct2.translate_nbest(exported, [text], decode)
-    alone = ct2.translate_nbest(exported, pieces, decode)
+    limit = max_sentence_tokens(translator.config.model)
+    text = long_sentence(translator.src_tokenizer, 2 * limit)
+    cut = source_pieces(translator.src_tokenizer, [text], limit)
+    pieces = tok.detokenize(translator.src_tokenizer, cut.ids)
+    decode = dataclasses.replace(decode, piece_tokens=limit)
+    (whole,) = translator.translate_nbest([text], decode).nbest
+    alone = translator.translate_nbest(pieces, decode).nbest
     assert len(pieces) >= 3 and whole[0][0] == cut.joined([[h[0]] for h in alone])[0][0][0]

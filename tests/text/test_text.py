@@ -85,6 +85,21 @@ def test_sentences_are_found_and_abbreviations_kept():
     assert split_sentences("   ") == [] and Layout.of("   ").gaps == ["   "]
 
 
+def test_a_piece_without_letters_and_an_enumerator_are_layout_not_sentences():
+    heading = Layout.of("1. The Tortoise and the Hare")
+    assert heading.sentences == ["The Tortoise and the Hare"] and heading.gaps == ["1. ", ""]
+    items = Layout.of("3) Yes. (a) No. 2.1. Intro\n— Done.\n2024\n• Go!")
+    assert items.sentences == ["Yes.", "No.", "Intro", "Done.", "Go!"]
+    assert items.gaps == ["3) ", " (a) ", " 2.1. ", "\n— ", "\n2024\n• ", ""]
+    assert Layout.of("2024").sentences == [] and Layout.of("1.").gaps == ["1."]
+    assert Layout.of("See section 3. It is there.").sentences == ["See section 3.", "It is there."]
+    translator = FakeTranslator()
+    assert translate_texts(translator, ["6. The Crow and the Pitcher", "—"]) == [
+        "6. <The Crow and the Pitcher>",
+        "—",
+    ]
+
+
 def test_every_sentence_is_decoded_in_one_call_and_put_back_in_its_layout():
     translator = FakeTranslator()
     out = translate_texts(translator, TEXTS)

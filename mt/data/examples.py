@@ -1,0 +1,405 @@
+"""Training examples made from the store's pairs as training reaches them, so that the model
+is taught the text it will be given, not short single sentences only:
+
+- **Joined pairs** (train.join): that share of the examples are 2 to train.join_most pairs of
+  the epoch's order joined into one, within data.max_length tokens a side, as writers join
+  sentences: one after another ("I'm tired. It's late."), or (train.join_clauses of the
+  junctions, where both sentences end in a full stop) as clauses, with a comma or semicolon
+  and a conjunction (mt.data.joins) and the next sentence's first word lowercased unless it
+  is a name ("I'm tired, but it's late." / "Estoy cansado, pero es tarde.").
+- **Placeholders** (train.placeholders, with tokenizer.placeholders reserved): in that share
+  of the pairs whose two sides hold the same span (a number, a URL, ... mt.data.spans, or a
+  name), each such span is replaced on both sides by one placeholder token, numbered at
+  random among those reserved, so that the model learns to carry any of them over where its
+  source has it.
+
+A name is a capitalised word that the corpus's side writes so more often than lowercased
+after a space ("Tom", "Boston"; not "The" or "No"): the counts of its two tokens.
+
+Examples are made a maxi-batch at a time (mt.data.batches) from its pairs and a generator
+seeded by the run's seed, the epoch and the maxi-batch, so a resumed run makes the same ones.
+Only the junctions and the masked pairs are decoded and encoded; the rest of every pair keeps
+its ids (BPE-dropout's too). Each pair is in one example an epoch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from ..config import Config
+from . import tokenizer as tok
+from .corpus import corpus_tags
+from .directions import lead_tokens
+from .joins import Join, clause_joins
+from .spans import masked, spans
+from .store import Sentences, Split
+from .store import spans as spans_of
+
+WORD = re.compile(r"[^\W\d_]+")  # a word of letters
+SPAN_CHARACTERS = frozenset("0123456789@{}%`/:$⦅")  # a token with one may be of a span
+
+
+@dataclass
+class Settings:
+    """What train.* and data.* say of the examples (see the module's doc)."""
+
+    join: float
+    most: int
+    clauses: float
+    placeholders: float
+    longest: int  # tokens a side at most (data.max_length)
+
+    @classmethod
+    def of(cls, config: Config) -> Settings | None:
+        """The settings of `config`; None where every example is a pair as stored."""
+        t = config.train
+        masking = t.placeholders if config.tokenizer.placeholders else 0.0
+        if not (t.join or masking):
+            return None
+        return cls(t.join, t.join_most, t.join_clauses, masking, config.data.max_length)
+
+
+class Side:
+    """One side of the store as examples need it: which tokens start a word, which may be of
+    a name or a span, and sentences' first words said mid-sentence."""
+
+    MEMO = 1 << 18  # junction heads remembered; past that the memo starts again
+
+    def __init__(self, tokenizer: Tokenizer, counts: np.ndarray, index: int) -> None:
+        self.tokenizer, self.index = tokenizer, index  # 0: the source side, 1: the target
+        self.said: dict[tuple[Join | None, bytes], np.ndarray] = {}
+        self.encoder = tok.PieceEncoder(tokenizer)
+        self.names: dict[str, bool] = {}
+        size = max(tokenizer.get_vocab_size(), len(counts))
+        self.counts = np.zeros(size, np.int64)
+        self.counts[: len(counts)] = counts
+        texts = tok.detokenize(tokenizer, [[i] for i in range(size)])
+        self.starts_word = np.array([tok.starts_word(tokenizer, i) for i in range(size)])
+        self.stop = tokenizer.token_to_id(".")
+        name = np.array(self.are_names([t.strip() for t in texts]))
+        spanned = np.array([not SPAN_CHARACTERS.isdisjoint(t) for t in texts])
+        self.notable = name | spanned  # a token of a name or of a span: worth a look
+
+    def are_names(self, words: Sequence[str]) -> list[bool]:
+        """Whether each word is a name: capitalised, and written so more often than
+        lowercased after a space here (a word that takes more than a token is not)."""
+        new = [w for w in dict.fromkeys(words) if w not in self.names]
+        capitals = [w for w in new if w[:1].isupper() and w.isalpha()]
+        self.names.update(dict.fromkeys(new, False))
+        if capitals:
+            ids, lengths = self.encoder.encode([f" {c}" for w in capitals for c in (w, w.lower())])
+            single = lengths == 1
+            starts = np.cumsum(lengths) - lengths
+            first = self.counts[ids[np.minimum(starts, len(ids) - 1)]]
+            for k, word in enumerate(capitals):
+                upper, lower = 2 * k, 2 * k + 1
+                self.names[word] = bool(
+                    single[upper] and (not single[lower] or first[upper] > first[lower])
+                )
+        return [self.names[w] for w in words]
+
+    def encoded(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """The ids of `texts` (normalised text: words one space apart)."""
+        ids, lengths = self.encoder.encode(texts)
+        return np.split(ids.astype(np.int64), np.cumsum(lengths)[:-1]) if len(texts) else []
+
+    def first_chunks(self, flat: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """For each row flat[begin:end], its tokens before the first that starts a word after
+        its first: its first word with what is glued to it ("¿Qué", "I'm"); all of a row of
+        one word."""
+        lengths = end - begin
+        if not len(lengths):
+            return lengths
+        at = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        later = np.where(self.starts_word[flat[spans_of(begin, lengths)]] & (at >= 1), at, 1 << 30)
+        starts = np.cumsum(lengths) - lengths
+        firsts = np.minimum.reduceat(later, np.minimum(starts, len(later) - 1)) if len(later) else 0
+        return np.where(lengths > 0, np.minimum(firsts, lengths), 0)
+
+    def heads(
+        self, flat: np.ndarray, begin: np.ndarray, cut: np.ndarray, joins: list[Join | None]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ids of each junction's head (one after another) and their lengths: the
+        junction (a space, or `joins`' as this side says it) and the first chunk of the
+        sentence after it (flat[begin:begin + cut]), lowered after a clause; remembered, as
+        first words and junctions repeat."""
+        keys = [(j, flat[b : b + c].tobytes()) for b, c, j in zip(begin, cut, joins)]
+        new = [key for key in dict.fromkeys(keys) if key not in self.said]
+        if len(self.said) + len(new) > self.MEMO:
+            self.said.clear()
+            new = list(dict.fromkeys(keys))
+        if new:
+            chunks = tok.detokenize(self.tokenizer, [np.frombuffer(c, flat.dtype) for _, c in new])
+            clauses = [j for j, _ in new]
+            words = self.lowered(chunks, np.array([j is not None for j in clauses], bool))
+            texts = [
+                f"{j.said(self.index, w)} {w}" if j else " " + c
+                for c, w, j in zip(chunks, words, clauses)
+            ]
+            self.said.update(zip(new, self.encoded(texts)))
+        rows = [self.said[key] for key in keys]
+        lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+        return (np.concatenate(rows) if rows else np.zeros(0, np.int64)), lengths
+
+    def lowered(self, chunks: Sequence[str], where: np.ndarray) -> list[str]:
+        """Sentences' first words as said mid-sentence (those `where` marks): lowercased
+        unless a name or "I"."""
+        words = [
+            (found.group() if (found := WORD.search(c)) else "") if mark else ""
+            for c, mark in zip(chunks, where.tolist())
+        ]
+        out = []
+        for chunk, word, name in zip(chunks, words, self.are_names(words)):
+            if not word or name or word == "I":
+                out.append(chunk)
+                continue
+            at = chunk.index(word)
+            out.append(chunk[:at] + word[0].lower() + chunk[at + 1 :])
+        return out
+
+
+class Pairs:
+    """The pairs of a maxi-batch, each side's ids in one buffer that takes more (a masked
+    pair's, junctions'): pair i is buffer[start[i]:end[i]]; how many reserved tokens lead
+    each source (corpus tags, a direction's token) and the direction's token (-1: none)."""
+
+    def __init__(self, split: Split, index: np.ndarray, leading: set[int], directions: set) -> None:
+        self.buffer, self.start, self.end = [], [], []
+        for side in (split.src, split.tgt):
+            ids, lengths = side.take(index)
+            self.buffer.append([ids.astype(np.int32)])
+            self.end.append(np.cumsum(lengths))
+            self.start.append(self.end[-1] - lengths)
+        self.size = [len(b[0]) for b in self.buffer]
+        self.lead = np.zeros(len(index), np.int64)
+        self.direction = np.full(len(index), -1, np.int64)
+        src, lengths = self.buffer[0][0], self.end[0] - self.start[0]
+        for depth in range(len(leading)):  # tags, then the direction's token
+            here = (self.lead == depth) & (lengths > depth)
+            token = np.where(here, src[np.minimum(self.start[0] + depth, len(src) - 1)], -1)
+            self.lead += here & np.isin(token, list(leading))
+            self.direction = np.where(np.isin(token, list(directions)), token, self.direction)
+
+    def __len__(self) -> int:
+        return len(self.lead)
+
+    def ids(self, i: int, side: int) -> np.ndarray:
+        return self.flat(side)[self.start[side][i] : self.end[side][i]]
+
+    def flat(self, side: int) -> np.ndarray:
+        """The side's buffer as one array."""
+        if len(self.buffer[side]) > 1:
+            self.buffer[side] = [np.concatenate(self.buffer[side])]
+        return self.buffer[side][0]
+
+    def add(self, side: int, ids: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Puts sequences (`ids` one after another, of `lengths`) in the side's buffer; where
+        each starts."""
+        starts = self.size[side] + np.cumsum(lengths) - lengths
+        self.buffer[side].append(ids.astype(np.int32))
+        self.size[side] += len(ids)
+        return starts
+
+    def holds(self, side: int, tokens: np.ndarray) -> np.ndarray:
+        """Whether each pair's `side` holds a token that `tokens` (by id) marks."""
+        marked = np.concatenate(([0], np.cumsum(tokens[self.flat(side)])))
+        return marked[self.end[side]] > marked[self.start[side]]
+
+
+@dataclass
+class Masked:
+    """A pair's texts (without leading tokens) and its shared spans on each side: the k-th
+    span of each holds the same text."""
+
+    texts: tuple[str, str]
+    spans: tuple[list[tuple[int, int]], list[tuple[int, int]]]
+
+
+class ExampleMaker:
+    """Makes a maxi-batch's examples from its pairs (`make`), for the training split of
+    `config` whose tokenizers are given."""
+
+    def __init__(
+        self, settings: Settings, split: Split, tokenizers: Sequence[Tokenizer], config: Config
+    ) -> None:
+        self.settings, self.tokenizers = settings, tokenizers
+        self.sides = [
+            Side(t, s.counts(), k)
+            for k, (t, s) in enumerate(zip(tokenizers, (split.src, split.tgt)))
+        ]
+        data, source = config.data, tokenizers[0]
+        self.leading = {source.token_to_id(t) for t in corpus_tags(data) + lead_tokens(data)}
+        self.leading.discard(None)
+        # the languages of a pair by the token that leads its source (None: one direction)
+        languages = (data.src_lang, data.tgt_lang)
+        into = dict(zip(lead_tokens(data), [languages, languages[::-1]]))
+        self.joins: dict[int, list[Join]] = {-1: clause_joins(*languages)}
+        self.joins.update({source.token_to_id(t): clause_joins(*p) for t, p in into.items()})
+        self.placeholders = config.tokenizer.placeholders
+        # tokens a junction may add to a side, at most: its words, and a lowercased word's
+        # tokens more than its capitalised one's
+        said = [j.words[k] for joins in self.joins.values() for j in joins for k in (0, 1)]
+        self.junction = max(map(len, self.sides[0].encoded(said)), default=0) + 2
+
+    def make(self, split: Split, index: np.ndarray, rng: np.random.Generator) -> Split:
+        """The examples of the pairs `index` of `split`, in a new order, held in memory."""
+        pairs = Pairs(split, index, self.leading, set(self.joins) - {-1})
+        masked_pairs = self._masked(pairs, rng)
+        order = rng.permutation(len(pairs))
+        groups = [order[pairs.direction[order] == d] for d in np.unique(pairs.direction)]
+        examples = [e for group in groups for e in self._grouped(group.tolist(), pairs, rng)]
+        self._number(examples, masked_pairs, pairs, rng)
+        return self._joined(examples, pairs, rng)
+
+    def _grouped(self, members: list[int], pairs: Pairs, rng) -> list[list[int]]:
+        """`members` (pairs of one direction, in order) as examples: a share joined, each of
+        2 to `most` pairs while they fit `longest` tokens a side."""
+        s = self.settings
+        joined = (rng.random(len(members)) < s.join).tolist()
+        sizes = rng.integers(2, s.most + 1, len(members)).tolist()
+        src_lengths, tgt_lengths = ((e - b).tolist() for b, e in zip(pairs.start, pairs.end))
+        examples, at = [], 0
+        while at < len(members):
+            first = members[at]
+            example, src, tgt = [first], src_lengths[first], tgt_lengths[first]
+            size = sizes[at] if joined[at] else 1
+            at += 1
+            while len(example) < size and at < len(members):
+                i = members[at]
+                src, tgt = (
+                    src + src_lengths[i] + self.junction,
+                    tgt + tgt_lengths[i] + self.junction,
+                )
+                if max(src, tgt) > s.longest:
+                    break
+                example.append(i)
+                at += 1
+            examples.append(example)
+        return examples
+
+    def _masked(self, pairs: Pairs, rng: np.random.Generator) -> dict[int, Masked]:
+        """The pairs whose shared spans become placeholders: a share of those with any."""
+        share = self.settings.placeholders
+        if not share:
+            return {}
+        notable = [pairs.holds(k, side.notable) for k, side in enumerate(self.sides)]
+        chosen = np.flatnonzero(notable[0] & notable[1] & (rng.random(len(pairs)) < share))
+        texts = [
+            tok.detokenize(t, [pairs.ids(i, k)[pairs.lead[i] if k == 0 else 0 :] for i in chosen])
+            for k, t in enumerate(self.tokenizers)
+        ]
+        found = {}
+        for i, src, tgt in zip(chosen.tolist(), *texts):
+            each = [_spans(text, side) for text, side in zip((src, tgt), self.sides)]
+            words = [[text[a:b] for a, b in found] for text, found in zip((src, tgt), each)]
+            once = [w for w in words[0] if words[0].count(w) == 1 and words[1].count(w) == 1]
+            if once:
+                shared = [[f[w.index(x)] for x in once] for f, w in zip(each, words)]
+                found[i] = Masked((src, tgt), (shared[0], shared[1]))
+        return found
+
+    def _number(
+        self, examples: list[list[int]], masked_pairs: dict[int, Masked], pairs: Pairs, rng
+    ) -> None:
+        """Each masked pair's ids put in `pairs` in place of its own: its spans placeholders
+        numbered at random, distinct within its example (spans past the placeholders
+        reserved stay as they are)."""
+        texts: list[list[str]] = [[], []]
+        done = []
+        for example in examples:
+            here = [i for i in example if i in masked_pairs]
+            drawn = (rng.permutation(self.placeholders) + 1).tolist() if here else []
+            for i in here:
+                m = masked_pairs[i]
+                numbers, drawn = drawn[: len(m.spans[0])], drawn[len(m.spans[0]) :]
+                for k in (0, 1):
+                    texts[k].append(masked(m.texts[k], m.spans[k][: len(numbers)], numbers))
+                done.append(i)
+        if not done:
+            return
+        done = np.array(done)
+        leads = [pairs.ids(i, 0)[: pairs.lead[i]] for i in done]
+        for k, side in enumerate(self.sides):
+            rows = side.encoded(texts[k])
+            if k == 0:  # the source's tags and direction kept
+                rows = [np.concatenate((lead, row)) for lead, row in zip(leads, rows)]
+            lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+            pairs.start[k][done] = pairs.add(k, np.concatenate(rows), lengths)
+            pairs.end[k][done] = pairs.start[k][done] + lengths
+
+    def _joined(self, examples: list[list[int]], pairs: Pairs, rng) -> Split:
+        """The examples as a split: each its pairs one after another, a junction a sentence's
+        or (train.join_clauses of them, where both sides end in a full stop) a clause's."""
+        members = np.fromiter((i for e in examples for i in e), np.int64)
+        sizes = np.fromiter(map(len, examples), np.int64, len(examples))
+        first = np.zeros(len(members), bool)
+        first[np.cumsum(sizes) - sizes] = True
+        after = members[~first]  # the pair after each junction
+        before = members[np.flatnonzero(~first) - 1]
+        # each pair after a junction: where it begins (its tags are the example's first's)
+        # and its first chunk, which the junction says again
+        begin = [pairs.start[0][after] + pairs.lead[after], pairs.start[1][after]]
+        cut = [
+            side.first_chunks(pairs.flat(k), begin[k], pairs.end[k][after])
+            for k, side in enumerate(self.sides)
+        ]
+        # a clause takes the full stop off the pair before it, which must be its own
+        stops = np.ones(len(after), bool)
+        led = ~first[np.flatnonzero(~first) - 1]  # the pair before is after a junction too
+        for k, side in enumerate(self.sides):
+            ends = pairs.flat(k)[np.maximum(pairs.end[k][before] - 1, 0)]
+            stops &= (ends == side.stop) & (pairs.end[k][before] > pairs.start[k][before])
+            whole = cut[k] >= pairs.end[k][after] - begin[k]  # all of it is in its head
+            stops[led] &= ~whole[np.flatnonzero(led) - 1]
+        clause = stops & (rng.random(len(after)) < self.settings.clauses)
+        choice = rng.integers(1 << 30, size=len(after))
+        joins = [
+            options[c % len(options)] if is_clause and options else None
+            for is_clause, c, options in zip(
+                clause.tolist(), choice.tolist(), (self.joins[d] for d in pairs.direction[after])
+            )
+        ]
+        clause = np.array([j is not None for j in joins], bool)
+        out = []
+        for k, side in enumerate(self.sides):
+            ids, lengths = side.heads(pairs.flat(k), begin[k], cut[k], joins)
+            heads = pairs.add(k, ids, lengths)
+            flat = pairs.flat(k)
+            # segments: each pair after its junction's head, less the first chunk the head
+            # says again, and less its full stop where a clause follows
+            start = pairs.start[k][members].copy()
+            start[~first] = begin[k] + cut[k]
+            end = pairs.end[k][members].copy()
+            end[np.flatnonzero(~first) - 1] -= clause
+            seg_start = np.empty(len(members) + len(after), np.int64)
+            seg_end = np.empty_like(seg_start)
+            at = np.arange(len(members)) + np.cumsum(~first)  # each pair's segment
+            seg_start[at], seg_end[at] = start, end
+            seg_start[at[~first] - 1], seg_end[at[~first] - 1] = heads, heads + lengths
+            seg_lengths = seg_end - seg_start
+            example_of = np.repeat(np.arange(len(examples)), sizes + sizes - 1)
+            tokens = np.bincount(example_of, seg_lengths, len(examples)).astype(np.int64)
+            out.append(
+                Sentences(
+                    flat[spans_of(seg_start, seg_lengths)],
+                    np.concatenate(([0], np.cumsum(tokens))),
+                )
+            )
+        return Split(*out)
+
+
+def _spans(text: str, side: Side) -> list[tuple[int, int]]:
+    """A side's spans to carry over: those of mt.data.spans and its names, in order, none
+    overlapping ("I" is no name: it is not a word both languages write)."""
+    found = spans(text)
+    taken = np.zeros(len(text) + 1, bool)
+    for a, b in found:
+        taken[a:b] = True
+    words = [w for w in WORD.finditer(text) if not taken[w.start()] and w.group() != "I"]
+    names = [w.span() for w, name in zip(words, side.are_names([w.group() for w in words])) if name]
+    return sorted(found + names)
