@@ -136,6 +136,7 @@ def document(url_prefix: str, version: str) -> dict[str, Any]:
                 ignored="array",
                 scores="array",
                 short="boolean",
+                placed="integer",
                 beam="integer",
                 model="string",
                 step="integer",

@@ -100,6 +100,9 @@ def test_spec_describes_every_route_and_field_as_libretranslate_serves_it(server
         "/detect": DETECT_FIELDS,
         "/translate_file": FILE_FIELDS,
     }
+    # every field of an answer is described (source auto: detectedLanguage; secret: ignored)
+    status, said, _ = call(address, "/translate", {"q": "Hello.", "source": "auto", "secret": 1})
+    assert status == 200 and set(said) <= set(spec["definitions"]["translate"]["properties"])
     assert call(address, "/spec", {})[0] == 405  # as LibreTranslate's own test says
 
 
