@@ -259,7 +259,7 @@ class Model:
             result = found.part(start, start + len(job.texts))
             start += len(job.texts)
             job.loop.call_soon_threadsafe(_settle, job.future, result, None)
-        self.service.on_batch(self, [hyps[0][0] for hyps in found.nbest], seconds)
+        self.service.on_batch(self, found, seconds)
 
     async def submit(
         self,
@@ -296,7 +296,7 @@ class Service:
         self.on_failure: Callable[[], None] = lambda: None
         # after each batch, once its requests are answered: (the model, its best
         # translations, the seconds it took); the metrics count them (mt.serve.metrics)
-        self.on_batch: Callable[[Model, list[str], float], None] = lambda *batch: None
+        self.on_batch: Callable[[Model, Translations, float], None] = lambda *batch: None
         self.pending = 0  # requests admitted and not yet answered, counted on the event loop
         self.pool: Any = None  # the workers: a ThreadPoolExecutor, made at start
         self.worked = False  # since memory was last handed back

@@ -20,7 +20,7 @@ import hmac
 from collections.abc import Iterator
 from typing import Any
 
-from ..data import tokenizer as tok
+from ..decoding.coverage import Translations
 from .batcher import Model, Service
 from .responses import error
 
@@ -104,11 +104,12 @@ class Metrics:
         """A request refused past `limit` (BadRequest.limit)."""
         self.limits.labels(limit).inc()
 
-    def batch(self, model: Model, best: list[str], seconds: float) -> None:
+    def batch(self, model: Model, found: Translations, seconds: float) -> None:
         """A decoder batch done (in its decoder thread, once its requests are answered):
-        its sentences, their best translations' tokens and its seconds."""
-        tokens = sum(map(len, tok.encode(model.translator.tgt_tokenizer, best)))
-        self.batches.labels(*model.pair).observe(len(best))
+        its sentences, their best translations' tokens (as the coverage guard measured
+        them: no tokenizer pass of its own) and its seconds."""
+        tokens = sum(found.tokens)
+        self.batches.labels(*model.pair).observe(len(found.nbest))
         self.tokens.labels(*model.pair).inc(tokens)
         self.decoding.labels(*model.pair).inc(seconds)
         self.speed[model.pair] = tokens / seconds if seconds > 0 else 0.0

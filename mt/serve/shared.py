@@ -53,7 +53,8 @@ return {0, '0'}
 # KEYS: the index of files (a sorted set: when each was added, in ms), their sizes (a hash)
 # and their total; ARGV: the prefix of a file's key, the file's name, its bytes, the bytes
 # kept at most, the milliseconds a file is kept. Files past their time leave the index (Redis
-# has expired their bytes), then the file is added and the oldest dropped until all fit.
+# has expired their bytes), the oldest are dropped until the file fits (it is never one of
+# them: files added in one millisecond are ordered by name), then the file is added.
 KEEP = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -68,12 +69,14 @@ end
 for _, old in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', now - tonumber(ms))) do
   drop(old)
 end
+while tonumber(redis.call('GET', total) or 0) + #data > most do
+  local oldest = redis.call('ZRANGE', index, 0, 0)[1]
+  if not oldest then break end
+  drop(oldest)
+end
 redis.call('SET', prefix .. name, data, 'PX', ms)
 redis.call('ZADD', index, now, name)
 redis.call('HSET', sizes, name, #data)
-while tonumber(redis.call('GET', total) or 0) + #data > most do
-  drop(redis.call('ZRANGE', index, 0, 0)[1])
-end
 return redis.call('INCRBY', total, #data)
 """
 
