@@ -157,7 +157,8 @@ class TrainConfig:
     # auto: bf16 on GPUs with native bf16, fp16 (loss-scaled) on older GPUs; on a CPU,
     # measured on the first batch (forward and backward passes in fp32 and bf16, interleaved,
     # before the first update): bf16 if at least 10% faster, kept on resume (what it gives
-    # by CPU: docs/benchmarks.md, "bf16 against fp32 on CPUs"); fp32 elsewhere. Weights and
+    # by CPU: docs/benchmarks.md, "bf16 against fp32 on CPUs"; not tried where the CPU has
+    # no bf16 instructions, which emulate it 30x slower); fp32 elsewhere. Weights and
     # checkpoints stay float32 in every precision
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # torch.compile the model and the loss, rehearsed on the first batch (timed, uncompiled
@@ -235,9 +236,9 @@ class DecodeConfig:
     # training corpus's target/source ratio, mt.decoding.coverage) is translated again in
     # smaller pieces, once, and flagged if still short; 0: no guard
     coverage: float = resumable(0.5)
-    # validation, translate and evaluate; auto: train.precision's rule on GPUs; on a CPU
-    # bf16 with AMX bf16 units only, not measured: a choice by timing would make the
-    # translations (bf16's differ a little) depend on the machine's load (docs/train.md)
+    # validation, translate and evaluate; auto: train.precision's rule on GPUs, fp32 on a
+    # CPU: there a text translates the same alone or in any batch (bf16 does not, and gained
+    # little: docs/translate.md, "Decoding precision")
     precision: Literal["auto", "fp32", "bf16", "fp16"] = resumable("auto")
     # more checkpoints of the same tokenizers decoded with the model as one ensemble: each
     # step averages the models' probabilities (fairseq's rule)

@@ -83,9 +83,22 @@ def cpu_flags() -> set[str]:
     return cpu_info()[1]
 
 
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # an x86 CPU's bf16 instructions
+
+
+def cpu_bf16_emulated() -> bool:
+    """Whether this CPU's flags say it has no bf16 instructions (an AVX2 Zen 3, a Skylake):
+    bf16 products are then computed in float32 after conversions, tens of times slower than
+    float32 itself. False where the flags cannot be read (no /proc/cpuinfo, an Arm CPU's
+    `Features`): unknown, not emulated."""
+    flags = cpu_flags()
+    return bool(flags) and not any(f in flags for f in BF16_FLAGS)
+
+
 def cpu_amx_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in AMX tiles the OS lets us use: torch's
-    check (which also asks Linux for the tile state), and the amx_bf16 flag where readable."""
+    check (which also asks Linux for the tile state), and the amx_bf16 flag where readable.
+    Benchmark records say it: no precision is chosen by it (`precision_for`)."""
     init_amx = getattr(torch._C._cpu, "_init_amx", None)
     flags = cpu_flags()
     return bool(init_amx and init_amx()) and (not flags or "amx_bf16" in flags)
@@ -99,15 +112,14 @@ def precision_for(
     name: str,
     device: torch.device,
     capability: tuple[int, int] | None = None,
-    amx_bf16: bool | None = None,
 ) -> tuple[torch.dtype | None, str]:
     """The autocast dtype (None: plain float32) for `train.precision` or `decode.precision`
-    `name` on `device`, and why. `auto` picks what pays: bf16 on GPUs with native bf16
-    (compute capability 8.0 on), fp16 with a gradient scaler on older ones, bf16 on CPUs
-    with AMX bf16 units, float32 elsewhere. Training measures instead on a CPU (the
-    rehearsal's `rehearsal.measure_precision`): this CPU rule is decoding's. `capability` (the
-    CUDA device's) and `amx_bf16` default to what this machine has; the choice is a pure
-    function of the arguments given.
+    `name` on `device`, and why. `auto` picks bf16 on GPUs with native bf16 (compute
+    capability 8.0 on), fp16 with a gradient scaler on older ones, and float32 elsewhere. On a
+    CPU float32 is decoding's rule even with AMX bf16 units: only there does a text translate
+    the same whatever it is batched with (docs/translate.md, "Decoding precision"); training
+    measures instead (the rehearsal's `rehearsal.measure_precision`). `capability` (the CUDA
+    device's) defaults to this machine's; the choice is a pure function of the arguments.
     """
     if name != "auto":
         return DTYPES[name], f"{name} as configured"
@@ -120,9 +132,7 @@ def precision_for(
             "native bf16"
         )
     if device.type == "cpu":
-        if cpu_amx_bf16() if amx_bf16 is None else amx_bf16:
-            return torch.bfloat16, "auto: bf16, this CPU has AMX bf16 units"
-        return None, "auto: fp32, this CPU has no AMX bf16 units"
+        return None, "auto: fp32 on a CPU, where a text's translation is batch-invariant"
     return None, f"auto: fp32 on {device.type}"
 
 

@@ -25,6 +25,7 @@ from .config import ModelConfig
 from .data.batch import Packing
 from .data.tokenizer import Specials
 from .packed_attention import document_masks, use_flex
+from .row_linear import RowLinear
 
 __all__ = ["DecoderState", "Transformer", "max_sentence_tokens"]
 
@@ -90,7 +91,7 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.d_head = cfg.heads, cfg.d_model // cfg.heads
         self.dropout = cfg.attention_dropout
-        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.out = RowLinear(cfg.d_model, cfg.d_model)
         self.need_weights, self.weights = False, None
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -125,7 +126,7 @@ class SelfAttention(Attention):
 
     def __init__(self, cfg: ModelConfig, causal: bool):
         super().__init__(cfg)
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.qkv = RowLinear(cfg.d_model, 3 * cfg.d_model)
         self.causal = causal  # the decoder's: position t sees positions <= t only
 
     def forward(
@@ -155,8 +156,8 @@ class CrossAttention(Attention):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
-        self.q = nn.Linear(cfg.d_model, cfg.d_model)
-        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model)
+        self.q = RowLinear(cfg.d_model, cfg.d_model)
+        self.kv = RowLinear(cfg.d_model, 2 * cfg.d_model)
 
     def memory_kv(self, memory: Tensor) -> Tensor:
         return self.split_heads(self.kv(memory))  # (B, S, D) -> (2, B, H, S, K)
@@ -175,9 +176,9 @@ class Layer(nn.Module):
     def __init__(self, cfg: ModelConfig, sublayers: int):
         super().__init__()
         self.ff = nn.Sequential(
-            nn.Linear(cfg.d_model, cfg.d_ff),
+            RowLinear(cfg.d_model, cfg.d_ff),
             ACTIVATIONS[cfg.activation](),
-            nn.Linear(cfg.d_ff, cfg.d_model),
+            RowLinear(cfg.d_ff, cfg.d_model),
         )
         self.norms = nn.ModuleList(nn.LayerNorm(cfg.d_model) for _ in range(sublayers))
         self.drop = Dropout(cfg.dropout)
@@ -233,7 +234,7 @@ class Transformer(nn.Module):
         d = cfg.d_model
         self.src_embed = nn.Embedding(src_vocab, d, padding_idx=cfg.pad_id)
         self.tgt_embed = nn.Embedding(tgt_vocab, d, padding_idx=cfg.pad_id)
-        self.out = nn.Linear(d, tgt_vocab, bias=False)
+        self.out = RowLinear(d, tgt_vocab, bias=False)
         joint = src_vocab == tgt_vocab if joint is None else joint
         if joint and src_vocab != tgt_vocab:
             raise ValueError(f"a joint vocabulary has one size, not {src_vocab} and {tgt_vocab}")

@@ -86,7 +86,7 @@ def translate_ids(
         total=len(order), desc="translate", unit="sent", disable=not progress or None, leave=False
     )
     # a stack of batches; cap: the sentences a batch may hold (lowered when one did not fit)
-    pending, cap = _batches(ids, order, budget, cfg.beam)[::-1], len(order)
+    pending, cap = _batches(ids, order, budget, cfg.beam, device.type == "cpu")[::-1], len(order)
     while pending:
         batch = pending.pop()
         if len(batch) > cap:
@@ -126,14 +126,22 @@ def translate_ids(
     return results
 
 
-def _batches(ids: Sequence[Sequence[int]], order: list, budget: int, beam: int) -> list[list]:
+def _batches(
+    ids: Sequence[Sequence[int]], order: list, budget: int, beam: int, one_length: bool
+) -> list[list]:
     """The sentences `order` (longest first) cut into batches of about `budget` tokens: a
-    batch's size is set by its first sentence, its source and EOS once per beam."""
+    batch's size is set by its first sentence, its source and EOS once per beam.
+    `one_length` (a CPU): a batch holds sources of one length, unpadded, so that a sentence's
+    attention sums what it sums alone (with mt.row_linear, its translation is that of the
+    sentence alone, to the bit)."""
     batches, start = [], 0
     while start < len(order):
-        size = max(1, budget // ((len(ids[order[start]]) + 1) * beam))
-        batches.append(order[start : start + size])
-        start += size
+        length = len(ids[order[start]])
+        end = min(len(order), start + max(1, budget // ((length + 1) * beam)))
+        if one_length:
+            end = next((i for i in range(start, end) if len(ids[order[i]]) != length), end)
+        batches.append(order[start:end])
+        start = end
     return batches
 
 

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from ..config import TrainConfig
 from ..data.batch import Batch
-from ..device import DTYPES, dtype_name, precision_for
+from ..device import BF16_FLAGS, DTYPES, cpu_bf16_emulated, dtype_name, precision_for
 from ..errors import DoesNotFit, MtError, one_line
 from ..messages import say
 from ..packed_attention import flex_refusal
@@ -32,6 +32,12 @@ HEADROOM = 0.95  # of the memory a process may take: the allocator's fragmentati
 # CPU flags knows it (Zen 4 without AMX: bf16 1.5x fp32; a Xeon with AVX-512 bf16: 0.6x)
 FASTER = 1.1
 TIMED = 3  # passes timed in each precision, after an untimed one (allocations, kernels)
+# bf16 is timed no further once its passes have taken this many times fp32's: emulated (no
+# bf16 instructions: an AVX2 Zen 3) a pass takes 30x fp32's, and four would cost minutes of a
+# short run. x86 flags say so beforehand (bf16 is then not timed at all); this bounds what
+# flags do not tell. Checked from bf16's second pass on, when fp32 has had two: a bf16 that
+# pays would need a first pass (its kernel plans) of 6 fp32 passes to be stopped
+BOUND = 3.0
 
 
 MEASURED = ("fp32", "bf16")  # what train.precision auto measures on a CPU
@@ -77,7 +83,8 @@ def plan_update(
         if measured:  # a resumed run computes as it did
             dtype, why = DTYPES[measured], f"auto: {measured}, as measured when the run started"
         else:
-            losses = {name: loss_in(DTYPES[name]) for name in MEASURED}
+            emulated = cpu_bf16_emulated()  # bf16 not worth a pass: fp32's speed alone
+            losses = {n: loss_in(DTYPES[n]) for n in MEASURED if not (emulated and n == "bf16")}
             done = measure_precision(
                 losses, batch, model, int((batch.labels != model.cfg.pad_id).sum())
             )
@@ -204,20 +211,38 @@ def measure_precision(
 ) -> Measured:
     """Time `forwards` ("fp32", "bf16": the same pass in each precision) on `batch`, of
     `tokens` target tokens, interleaved so a machine shared with other work slows both
-    alike; each the fastest of TIMED passes. Leaves no trace, as `rehearse`."""
+    alike; each the fastest of TIMED passes, after an untimed one. bf16 is stopped once its
+    passes have cost BOUND times fp32's, so that it costs one pass where it is far slower
+    (its rate then that of that first pass, which later passes would beat a little); without
+    bf16 in `forwards` (a CPU that would emulate it), fp32 is timed alone and chosen.
+    Leaves no trace, as `rehearse`."""
     states = rng_state(batch.src.device)
     seconds: dict[str, list[float]] = {name: [] for name in forwards}
+    stopped = False
     for _ in range(TIMED + 1):
         for name, forward in forwards.items():
+            if name == "bf16" and sum(seconds[name]) > BOUND * sum(seconds["fp32"]):
+                stopped = True
+                break
             start = clock()
             _measure(forward, batch, model, states)
             seconds[name].append(clock() - start)
-    rates = {name: tokens / max(min(s[1:]), 1e-9) for name, s in seconds.items()}
-    bf16, fp32 = rates["bf16"], rates["fp32"]
+        if stopped:
+            break
+    rates = {name: tokens / max(min(s[1:] or s), 1e-9) for name, s in seconds.items()}
+    fp32 = rates["fp32"]
+    if "bf16" not in rates:
+        why = (
+            f"auto: fp32, {fp32:,.0f} target tokens/s; bf16 not measured: this CPU has no "
+            f"bf16 instructions ({', '.join(BF16_FLAGS)}), bf16 would be emulated"
+        )
+        return Measured(None, why, rates)
+    bf16 = rates["bf16"]
     if bf16 >= FASTER * fp32:
         why = f"auto: bf16, {bf16:,.0f} vs {fp32:,.0f} target tokens/s in fp32"
         return Measured(torch.bfloat16, why, rates)
-    why = f"auto: fp32, {fp32:,.0f} vs {bf16:,.0f} target tokens/s in bf16, not {FASTER:g}x"
+    bf16_said = f"{bf16:,.0f} (one pass: far slower)" if stopped else f"{bf16:,.0f}"
+    why = f"auto: fp32, {fp32:,.0f} vs {bf16_said} target tokens/s in bf16, not {FASTER:g}x"
     return Measured(None, why, rates)
 
 

@@ -288,8 +288,9 @@ def test_the_gpu_plan_waits_for_the_device_only_when_the_host_looks(monkeypatch,
 
 def test_a_batch_too_big_for_memory_is_split_until_it_fits(monkeypatch, capsys):
     model = random_model()
-    ids = [[w for w in row if w != PAD] for row in mixed_batch().tolist()]
-    cfg = DecodeConfig(beam=2, nbest=2, batch_tokens=1000)  # one batch of 6
+    # six sources of one length: one batch of 6 (a CPU's batches hold one length)
+    ids = [([w for w in row if w != PAD] * 9)[:9] for row in mixed_batch().tolist()]
+    cfg = DecodeConfig(beam=2, nbest=2, batch_tokens=1000)
     expected, search = translate_ids(model, ids, cfg), mt.decoding.translate.beam_search
 
     def small_memory(model, src, cfg, plan, prefix=None):

@@ -214,8 +214,9 @@ def test_replays_that_give_other_tokens_fall_back_with_one_warning(capsys):
 
 def test_out_of_memory_in_a_capture_halves_the_batch(monkeypatch, capsys):
     model = random_model()
-    ids = [[w for w in row if w != PAD] for row in mixed_batch().tolist()]
-    cfg = DecodeConfig(beam=2, nbest=2, batch_tokens=1000)  # one batch of 6
+    # six sources of one length: one batch of 6 (a CPU's batches hold one length)
+    ids = [([w for w in row if w != PAD] * 9)[:9] for row in mixed_batch().tolist()]
+    cfg = DecodeConfig(beam=2, nbest=2, batch_tokens=1000)
     expected, fake = translate_ids(model, ids, cfg), FakeGraphs()
 
     def small_memory(run, pool):

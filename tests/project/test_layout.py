@@ -30,7 +30,7 @@ LAYERS = [
     },
     {"mt.config_checks", "mt.config_file"},
     {"mt.data"},
-    {"mt.model", "mt.packed_attention", "mt.checkpoint", "mt.from_marian"},
+    {"mt.model", "mt.packed_attention", "mt.row_linear", "mt.checkpoint", "mt.from_marian"},
     {"mt.decoding"},
     {"mt.text"},
     {"mt.formats"},

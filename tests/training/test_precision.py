@@ -36,12 +36,11 @@ CPU, CUDA, MPS = torch.device("cpu"), torch.device("cuda", 0), torch.device("mps
         ("auto", CUDA, {"capability": (8, 0)}, torch.bfloat16, "native on this GPU"),
         ("auto", CUDA, {"capability": (9, 0)}, torch.bfloat16, "capability 9.0"),
         ("auto", CUDA, {"capability": (7, 5)}, torch.float16, "loss scaling"),
-        ("auto", CPU, {"amx_bf16": True}, torch.bfloat16, "AMX bf16"),
-        ("auto", CPU, {"amx_bf16": False}, None, "fp32, this CPU has no AMX"),
+        ("auto", CPU, {}, None, "fp32 on a CPU"),
         ("auto", MPS, {}, None, "fp32 on mps"),
         ("fp32", CUDA, {"capability": (9, 0)}, None, "as configured"),
-        ("bf16", CPU, {"amx_bf16": False}, torch.bfloat16, "as configured"),
-        ("fp16", CPU, {"amx_bf16": True}, torch.float16, "as configured"),
+        ("bf16", CPU, {}, torch.bfloat16, "as configured"),
+        ("fp16", CPU, {}, torch.float16, "as configured"),
     ],
 )
 def test_auto_precision_picks_what_pays(name, device, facts, dtype, why):
@@ -97,19 +96,89 @@ def test_auto_precision_on_a_cpu_is_measured_by_the_clock(fp32_s, bf16_s, chosen
     assert torch.equal(torch.get_rng_state(), before)
 
 
-@pytest.mark.parametrize("faster, chosen", [(0.0, "bf16"), (1e9, "fp32")])
+@pytest.mark.parametrize(
+    "bf16_first_s, bf16_s, passes, chosen, said",
+    [  # bf16 emulated: stopped after one pass, what it cost 3x what fp32's two did
+        (30.0, 30.0, 3, None, "800 vs 27 (one pass: far slower) target tokens/s in bf16"),
+        # a first pass 5x an fp32 one (kernel plans), then faster: measured whole, chosen
+        (5.0, 0.5, 8, torch.bfloat16, "auto: bf16, 1,600 vs 800 target tokens/s in fp32"),
+    ],
+)
+def test_measuring_bf16_stops_once_it_is_far_slower(bf16_first_s, bf16_s, passes, chosen, said):
+    model, batch = packed_model(), packed_tensors(packed_batches(packed_corpus())[0])
+    now, done_passes = [0.0], []
+
+    def forward_in(dtype, first_s, seconds):
+        def forward(b):
+            now[0] += seconds if dtype in done_passes else first_s
+            done_passes.append(dtype)
+            with mt.device.autocast(CPU, dtype):
+                return smoothed_loss(model(b.src, b.tgt_in, b.packed), b.labels, 0.1)
+
+        return forward
+
+    forwards = {
+        "fp32": forward_in(None, 1.0, 1.0),
+        "bf16": forward_in(torch.bfloat16, bf16_first_s, bf16_s),
+    }
+    done = measure_precision(forwards, batch, model, tokens=800, clock=lambda: now[0])
+    assert len(done_passes) == passes and done.dtype == chosen and said in done.why
+    assert done.rates["bf16"] == pytest.approx(800 / bf16_s)
+
+
+@pytest.mark.parametrize(
+    "flags, emulated",
+    [
+        ({"avx2", "fma"}, True),  # an AVX2 Zen 3
+        ({"avx2", "avx512f"}, True),  # a Skylake: AVX-512 without bf16
+        ({"avx512f", "avx512_bf16"}, False),  # a Zen 4
+        ({"avx512f", "amx_tile", "amx_bf16"}, False),
+        (set(), False),  # no flags to read (an Arm CPU's are `Features`): unknown
+    ],
+)
+def test_a_cpu_without_bf16_instructions_is_known_to_emulate_it(monkeypatch, flags, emulated):
+    monkeypatch.setattr(mt.device, "cpu_flags", lambda: flags)
+    assert mt.device.cpu_bf16_emulated() is emulated
+
+
+def test_fp32_is_timed_alone_where_bf16_is_not_measured():
+    model, batch = packed_model(), packed_tensors(packed_batches(packed_corpus())[0])
+    now, passes = [0.0], []
+
+    def forward(b):
+        now[0] += 0.5
+        passes.append(None)
+        return smoothed_loss(model(b.src, b.tgt_in, b.packed), b.labels, 0.1)
+
+    done = measure_precision({"fp32": forward}, batch, model, tokens=800, clock=lambda: now[0])
+    assert done.dtype is None and done.rates == {"fp32": 1600.0} and len(passes) == 4
+    assert done.why.startswith("auto: fp32, 1,600 target tokens/s; bf16 not measured: this ")
+    assert "no bf16 instructions (avx512_bf16, amx_bf16)" in done.why
+
+
+@pytest.mark.parametrize(
+    "faster, emulated, chosen",
+    [  # bf16 wins whatever / never; and where the CPU would emulate it, is not tried
+        (0.0, False, "bf16"),
+        (1e9, False, "fp32"),
+        (0.0, True, "fp32"),
+    ],
+)
 def test_a_run_records_what_auto_measured_and_a_resume_keeps_it(
-    corpus_file, tmp_path, capsys, monkeypatch, faster, chosen
+    corpus_file, tmp_path, capsys, monkeypatch, faster, emulated, chosen
 ):
-    monkeypatch.setattr(mt.training.rehearsal, "FASTER", faster)  # bf16 wins whatever / never
+    monkeypatch.setattr(mt.training.rehearsal, "FASTER", faster)
+    monkeypatch.setattr(mt.training.rehearsal, "cpu_bf16_emulated", lambda: emulated)
     run = tmp_path / "run"
     common = ("train.precision=auto", "train.save_every=3", "train.eval_every=100")
     train(tiny_config(corpus_file, run, "train.max_steps=3", *common))
     said = capsys.readouterr().err
-    assert f"precision: auto: {chosen}, " in said and " target tokens/s in " in said
+    assert f"precision: auto: {chosen}, " in said and " target tokens/s" in said
+    assert ("bf16 not measured" in said) is emulated
     (record,) = [m for m in metric_lines(run) if m["kind"] == "precision"]
     assert record["precision"] == chosen and record["step"] == 0
-    assert record["fp32_tokens_per_s"] > 0 and record["bf16_tokens_per_s"] > 0
+    assert record["fp32_tokens_per_s"] > 0
+    assert ("bf16_tokens_per_s" in record) is not emulated
     monkeypatch.setattr(
         mt.training.rehearsal, "FASTER", 1e9 - faster
     )  # the other way now: not asked
