@@ -48,6 +48,7 @@ ENV PATH=/opt/mt/bin:$PATH \
 USER mt
 WORKDIR /home/mt
 EXPOSE 5000
+# /health under the URL prefix, if one is set (MT_SERVE_URL_PREFIX: mt, /mt or /mt/)
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
-  CMD ["python3", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:' + os.environ['MT_SERVE_PORT'] + '/health', timeout=4)"]
+  CMD ["python3", "-c", "import os, urllib.request as u; p = os.environ.get('MT_SERVE_URL_PREFIX', '').strip('/'); u.urlopen('http://127.0.0.1:' + os.environ['MT_SERVE_PORT'] + ('/' + p if p else '') + '/health', timeout=4)"]
 CMD ["mt", "serve"]

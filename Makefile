@@ -6,9 +6,9 @@ DATA ?= ../shared/data
 # CPU wheel of torch: an unpinned torch would pull gigabytes of CUDA wheels.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install browser pandoc libreoffice container test lint bench clean
+.PHONY: install browser pandoc libreoffice container services test lint bench clean
 
-install: $(BIN)/mt browser pandoc libreoffice container
+install: $(BIN)/mt browser pandoc libreoffice container services
 
 $(BIN)/mt: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,18 @@ container:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	  podman mmdebstrap runc >/dev/null; } || \
 	echo "make: no podman: the container test will skip"
+
+# Redis (6 MB), nginx (2 MB) and Prometheus (96 MB), which the tests of replicas sharing Redis
+# behind nginx and of a Prometheus scraping mt serve start on 127.0.0.1 (tests/helpers/
+# services.py); Debian's packages do not start them here (no init, or policy-rc.d). Else those
+# tests skip.
+services:
+	@command -v redis-server >/dev/null && command -v nginx >/dev/null && \
+	command -v prometheus >/dev/null || \
+	{ [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  --no-install-recommends redis-server nginx prometheus >/dev/null; } || \
+	echo "make: no redis-server, nginx or prometheus: the tests of replicas and metrics will skip"
 
 test: install
 	HF_DATASETS_OFFLINE=1 $(BIN)/pytest

@@ -40,18 +40,49 @@ TrustedProxiesOption = Annotated[
     str,
     typer.Option(help="Addresses or networks, comma-separated, whose X-Forwarded-For is believed."),
 ]
+UrlPrefixOption = Annotated[
+    str,
+    typer.Option(help="Serve under this path (/mt) behind a proxy that forwards it as it is."),
+]
+CorsOriginsOption = Annotated[
+    str,
+    typer.Option(
+        help="Origins whose web pages may call the server from a browser, comma-separated "
+        "(https://example.org); * any (LibreTranslate's), '' none."
+    ),
+]
+MetricsTokenOption = Annotated[
+    str,
+    typer.Option(
+        "--metrics-token",
+        "--metrics-auth-token",
+        help="Serve /metrics only with Authorization: Bearer TOKEN (else to anyone).",
+    ),
+]
+SharedStorageOption = Annotated[
+    str,
+    typer.Option(
+        help="redis://HOST:PORT/N: the limits, key list and downloads shared by the replicas "
+        "of one service (else in this process)."
+    ),
+]
 
 
 def with_settings(command: Callable) -> Callable:
     """`command`, which takes **settings, with an option for each of the server's Settings
     (its default and help from the field): typer reads the signature made here."""
     signature = inspect.signature(command, eval_str=True)
+
+    def option(f: dataclasses.Field) -> Any:
+        names = [f"--{f.name.replace('_', '-')}", f.metadata["also"]] if f.metadata["also"] else []
+        return typer.Option(*names, help=f.metadata["help"])
+
     options = [
         inspect.Parameter(
             f.name,
             inspect.Parameter.KEYWORD_ONLY,
             default=f.default,
-            annotation=Annotated[type(f.default), typer.Option(help=f.metadata["help"])],
+            annotation=Annotated[type(f.default), option(f)],
         )
         for f in dataclasses.fields(ServeSettings)
     ]
@@ -87,26 +118,33 @@ def serve_command(
     api_keys: ApiKeysOption = None,
     public_url: PublicUrlOption = None,
     trusted_proxies: TrustedProxiesOption = "",
+    url_prefix: UrlPrefixOption = "",
+    cors_origins: CorsOriginsOption = "*",
+    metrics_token: MetricsTokenOption = "",
+    shared_storage: SharedStorageOption = "",
     **settings: Any,
 ) -> None:
     r"""Serve translations over HTTP: LibreTranslate's JSON API and a page; several models
     (en→es and es→en, say) behind one API.
 
     Open http://HOST:PORT/ in a browser. Ctrl-C or SIGTERM finishes the requests in flight
-    and stops. Needs starlette and uvicorn: pip install 'mt\[serve]'. Before exposing it,
-    read docs/serve.md (keys, limits, a reverse proxy, a container). Every option can be
+    and stops; SIGHUP reads the key file again. Needs starlette, uvicorn and prometheus_client:
+    pip install 'mt\[serve]'. Before exposing it, read docs/serve.md (keys, limits, a reverse
+    proxy, CORS, metrics, a container, replicas sharing Redis). Every option can be
     given in the environment as MT_SERVE_<OPTION> (MT_SERVE_PORT=8080, MT_SERVE_API_KEYS=
     keys.txt); one given on the command line wins.
     """
-    from ..serve.access import Access, Allowance, read_keys
+    from ..serve.access import Access, Allowance
     from ..serve.app import run
+    from ..serve.deployment import Deployment
 
     try:
         settings = ServeSettings(**settings)
         default = Allowance(settings.req_limit, settings.chars_per_minute)
-        access = Access(read_keys(api_keys, default) if api_keys else None, default)
-        if public_url is not None and not public_url.startswith(("http://", "https://")):
-            raise ConfigError(f"--public-url {public_url}: expected http://... or https://...")
+        access = Access.of_file(api_keys, default) if api_keys else Access(None, default)
+        deployment = Deployment.checked(
+            public_url, url_prefix, trusted_proxies, cors_origins, metrics_token, shared_storage
+        )
     except ConfigError as e:  # "--max-texts 0: why", of MT_SERVE_MAX_TEXTS if it came from it
         flag, _, rest = str(e).partition(" ")
         name = flag.removeprefix("--").replace("-", "_")
@@ -121,6 +159,5 @@ def serve_command(
         host,
         port,
         access,
-        public_url,
-        trusted_proxies,
+        deployment,
     )

@@ -34,23 +34,32 @@ class Translations:
     shorter than its source predicts even after the guard's second try (a text of several
     sentences, mt.text: a sentence of it is); and how many of its spans the model did not
     carry over exactly, `placed` where their neighbours are (mt.decoding.placeholders; none
-    where not given)."""
+    where not given); and the target `tokens` of its best translation, as the guard measured
+    it (before spans were put back; 0 where not measured): what the server's metrics count."""
 
     nbest: list[list[tuple[str, float]]]
     short: list[bool]
     placed: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.placed = self.placed or [0] * len(self.nbest)
+        self.tokens = self.tokens or [0] * len(self.nbest)
 
     def part(self, start: int, stop: int) -> Translations:
         """The translations of the texts from `start` to `stop` (not included)."""
-        return Translations(self.nbest[start:stop], self.short[start:stop], self.placed[start:stop])
+        kept = slice(start, stop)
+        return Translations(
+            self.nbest[kept], self.short[kept], self.placed[kept], self.tokens[kept]
+        )
 
     def __add__(self, other: Translations) -> Translations:
         """Both's translations, these first."""
         return Translations(
-            self.nbest + other.nbest, self.short + other.short, self.placed + other.placed
+            self.nbest + other.nbest,
+            self.short + other.short,
+            self.placed + other.placed,
+            self.tokens + other.tokens,
         )
 
 
@@ -66,18 +75,24 @@ class Coverage:
         """The tokens of each source."""
         return list(map(len, tok.encode(self.src_tokenizer, sources)))
 
+    def target_lengths(self, translations: Sequence[str]) -> list[int]:
+        """The tokens of each translation."""
+        return list(map(len, tok.encode(self.tgt_tokenizer, translations)))
+
     def guarded(
         self, translate: Callable[[Sequence[int], DecodeConfig], list], sources, decode
-    ) -> tuple[list[list[tuple[str, float]]], list[bool]]:
-        """Each of `sources`' n-best and whether it is short: `translate` (the indices of the
-        sources to translate, the decode section) translates them all, then those short
-        again in pieces half as long as their first, the longer translation kept (said)."""
+    ) -> tuple[list[list[tuple[str, float]]], list[bool], list[int]]:
+        """Each of `sources`' n-best, whether it is short and its best translation's tokens:
+        `translate` (the indices of the sources to translate, the decode section) translates
+        them all, then those short again in pieces half as long as their first, the longer
+        translation kept (said)."""
         found = translate(range(len(sources)), decode)
         lengths = self.source_lengths(sources)
-        short = self.short(lengths, [hyps[0][0] for hyps in found], decode.coverage)
+        tokens = self.target_lengths([hyps[0][0] for hyps in found])
+        short = self.shorter(lengths, tokens, decode.coverage)
         retry = [i for i, flag in enumerate(short) if flag]
         if not retry:
-            return found, short
+            return found, short, tokens
         by_piece: dict[int, list[int]] = {}  # half a first piece: every retried text is cut
         for i in retry:
             by_piece.setdefault(max(1, min(lengths[i], decode.piece_tokens) // 2), []).append(i)
@@ -88,14 +103,18 @@ class Coverage:
                 if len(hyps[0][0]) > len(found[i][0][0]):
                     found[i] = hyps
                     longer.append(i)
-        kept = [found[i][0][0] for i in longer]
-        for i, flag in zip(longer, self.short([lengths[i] for i in longer], kept, decode.coverage)):
+        kept = self.target_lengths([found[i][0][0] for i in longer])
+        for i, n in zip(longer, kept):
+            tokens[i] = n
+        for i, flag in zip(
+            longer, self.shorter([lengths[i] for i in longer], kept, decode.coverage)
+        ):
             short[i] = flag
         say(
             f"warning: {len(retry)} translation(s) much shorter than their source predicts: "
             f"translated again in smaller pieces; {sum(short)} still short"
         )
-        return found, short
+        return found, short, tokens
 
     def short(
         self, source_lengths: Sequence[int], translations: Sequence[str], fraction: float
@@ -103,8 +122,13 @@ class Coverage:
         """Whether each translation is shorter than `fraction` of what its source (of
         `source_lengths` tokens) predicts (never for a source under LEAST_SOURCE_TOKENS, nor
         with `fraction` 0)."""
-        lengths = map(len, tok.encode(self.tgt_tokenizer, translations))
+        return self.shorter(source_lengths, self.target_lengths(translations), fraction)
+
+    def shorter(
+        self, source_lengths: Sequence[int], target_lengths: Sequence[int], fraction: float
+    ) -> list[bool]:
+        """As `short`, of translations already measured (`target_lengths` tokens)."""
         return [
             n >= LEAST_SOURCE_TOKENS and m < fraction * self.ratio * n
-            for n, m in zip(source_lengths, lengths)
+            for n, m in zip(source_lengths, target_lengths)
         ]

@@ -78,11 +78,11 @@ class Translator(ABC):
             text = [sources[i] for i in chosen]
             return self._pieces_nbest(text, decode, progress and len(chosen) == len(texts), *steer)
 
-        found, short = self.coverage.guarded(some, sources, decode)
+        found, short, tokens = self.coverage.guarded(some, sources, decode)
         nbest, placed = carried_over(
             protected, found, some if self.forces(decode) else None, decode
         )
-        return Translations(nbest, short, placed)
+        return Translations(nbest, short, placed, tokens)
 
     def _pieces_nbest(
         self,

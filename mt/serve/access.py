@@ -3,26 +3,32 @@
 `--api-keys FILE` holds one key a line (blank lines and `#` comments skipped), optionally
 followed by that key's own limits: `KEY [REQUESTS_A_MINUTE [CHARACTERS_A_MINUTE]]`. With a key
 file, /translate, /detect and /translate_file need a listed key in their `api_key` field, as
-LibreTranslate's clients send it: 403 without one. Keys are never logged.
+LibreTranslate's clients send it: 403 without one. Keys are never logged. The file is read
+again on SIGHUP and when it changes (looked at every `CHECK_SECONDS`); a file that no longer
+reads keeps the keys read before, and says why in the log. Replicas sharing a store
+(mt.serve.shared) read theirs again when one of them has: the key list's revision.
 
 Limits count per client: the key where one is given, else the address (the client's own,
 or the one a `--trusted-proxies` proxy forwarded). `--req-limit` is LibreTranslate's
 requests a minute per client and `--chars-per-minute` the characters a minute; a client past
-either gets 429 with the seconds until it may try again. Each is a token bucket: a client
-may spend a minute's allowance at once, and it refills evenly over the minute.
+either gets 429 with the seconds until it may try again. Each is a token bucket, kept by the
+store: a client may spend a minute's allowance at once, and it refills evenly over the minute.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-import time
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
-from .batcher import BadRequest
+from .batcher import BadRequest, log
+from .shared import Memory, Shared
 
-IDLE_SECONDS = 120  # a client's buckets are forgotten after this long unused (they are full)
+CHECK_SECONDS = 1.0  # how often the key file and the key list's revision are looked at
 
 
 @dataclass(frozen=True)
@@ -57,32 +63,32 @@ def read_keys(path: str, default: Allowance) -> dict[str, Allowance]:
     return keys
 
 
-@dataclass
-class Bucket:
-    """A token bucket of `size` tokens that refills in a minute."""
-
-    size: int
-    tokens: float
-    at: float
-
-    def take(self, cost: int, now: float) -> float:
-        """Take `cost` tokens: 0 if taken, else the seconds until there will be enough."""
-        self.tokens = min(self.size, self.tokens + (now - self.at) * self.size / 60)
-        self.at = now
-        if cost <= self.tokens:
-            self.tokens -= cost
-            return 0.0
-        return (cost - self.tokens) * 60 / self.size
+def stamp(path: str) -> tuple | None:
+    """What says a file changed: its inode, size and time of change (None: not there)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
 
 
 @dataclass
 class Access:
-    """The key check and the per-client limits of a server."""
+    """The key check and the per-client limits of a server. `path`: the key file `keys`
+    were read from (None: no key needed)."""
 
     keys: dict[str, Allowance] | None = None  # None: no key needed
     default: Allowance = Allowance()  # an address's (and an unlisted key's) allowance
-    buckets: dict[tuple[str, str], Bucket] = field(default_factory=dict)
-    swept: float = 0.0
+    path: str | None = None
+    store: Memory | Shared = field(default_factory=lambda: Memory(0, 0))
+    hangup: bool = False  # SIGHUP came: read the keys again
+    seen: tuple[tuple | None, int] = (None, 0)  # the file's stamp and the revision read
+
+    @classmethod
+    def of_file(cls, path: str, default: Allowance) -> Access:
+        """The keys of the file at `path` (a one-line ConfigError if it cannot be read)."""
+        seen = stamp(path)
+        return cls(read_keys(path, default), default, path, seen=(seen, 0))
 
     @property
     def key_required(self) -> bool:
@@ -91,39 +97,76 @@ class Access:
     def client(self, key: object, address: str) -> tuple[str, Allowance]:
         """The client a request counts against, and its allowance; 403 for a missing or
         unknown key where keys are required."""
-        if self.keys is None:
+        keys = self.keys
+        if keys is None:
             return f"address {address}", self.default
-        if not isinstance(key, str) or key not in self.keys:
+        if not isinstance(key, str) or key not in keys:
             raise BadRequest(403, "Invalid API key" if key else "API key required (api_key)")
-        return f"key {key}", self.keys[key]
+        return f"key {key}", keys[key]
 
-    def charge(self, client: str, allowance: Allowance, chars: int) -> None:
+    async def charge(self, client: str, allowance: Allowance, chars: int) -> None:
         """Count one request of `chars` characters against `client`: 429 with Retry-After
         past its allowance, 413 for a request larger than a minute's characters."""
         if allowance.chars and chars > allowance.chars:
-            raise BadRequest(
-                413,
-                f"{chars:,} characters, at most {allowance.chars:,} a minute (--chars-per-minute)",
+            most = f"{allowance.chars:,}"
+            why = f"{chars:,} characters, at most {most} a minute (--chars-per-minute)"
+            raise BadRequest(413, why, limit="chars_per_minute")
+        costs = [
+            (kind, size, cost)
+            for kind, size, cost in (
+                ("requests", allowance.requests, 1),
+                ("characters", allowance.chars, chars),
             )
-        now = time.monotonic()
-        self._sweep(now)
-        for kind, size, cost in (
-            ("requests", allowance.requests, 1),
-            ("characters", allowance.chars, chars),
-        ):
-            if not size:
-                continue
-            bucket = self.buckets.setdefault((client, kind), Bucket(size, size, now))
-            wait = bucket.take(cost, now)
-            if wait:
-                raise BadRequest(
-                    429, f"too many {kind}: at most {size:,} a minute", retry=math.ceil(wait)
-                )
-
-    def _sweep(self, now: float) -> None:
-        """Forget buckets unused for IDLE_SECONDS (full again by then): memory stays
-        proportional to the clients of the last minutes."""
-        if now - self.swept < IDLE_SECONDS:
+            if size
+        ]
+        if not costs:
             return
-        self.swept = now
-        self.buckets = {k: b for k, b in self.buckets.items() if now - b.at < IDLE_SECONDS}
+        found = await self.store.take(client, costs)
+        if found is not None:
+            kind, size, wait = found
+            limit = "req_limit" if kind == "requests" else "chars_per_minute"
+            why = f"too many {kind}: at most {size:,} a minute"
+            raise BadRequest(429, why, retry=math.ceil(wait), limit=limit)
+
+    def hung_up(self) -> None:
+        """SIGHUP came: the key file is read again within CHECK_SECONDS."""
+        self.hangup = True
+
+    def reload(self, why: str) -> bool:
+        """Read the key file again (`why`: what made it, for the log); whether the keys
+        were replaced (a file that does not read keeps those of before)."""
+        try:
+            keys = read_keys(self.path, self.default)
+        except ConfigError as e:
+            log(f"{why}: {e}: the keys read before are kept")
+            return False
+        self.keys = keys
+        log(f"{why}: {len(keys)} API key(s) read from {self.path}")
+        return True
+
+    async def watch(self, sleep: Any) -> None:
+        """Read the key file again whenever SIGHUP comes, the file changes or another
+        replica has read its own (the key list's revision in the shared store went up),
+        looking every CHECK_SECONDS (`sleep`: asyncio.sleep), forever. A reload of this
+        replica's raises the revision, for the others."""
+        with contextlib.suppress(BadRequest):  # the shared store is down: it says so in the log
+            self.seen = (self.seen[0], await self.store.revision())
+        while True:
+            await sleep(CHECK_SECONDS)
+            with contextlib.suppress(BadRequest):
+                await self._look()
+
+    async def _look(self) -> None:
+        now = stamp(self.path)
+        file, revision = self.seen
+        if self.hangup or now != file:
+            why = "SIGHUP" if self.hangup else "the key file changed"
+            self.hangup, self.seen = False, (now, revision)
+            if self.reload(why):
+                await self.store.revise()
+                self.seen = (now, await self.store.revision())
+            return
+        latest = await self.store.revision()
+        if latest != revision:
+            self.seen = (now, latest)
+            self.reload("another replica read its keys again")

@@ -18,14 +18,18 @@ from that language (to `target`, if given); `detectedLanguage` says what the tex
 be. A text no model takes, identified with 80% confidence or more (one already in the target
 language), is returned as it is (its score null, no alternatives); any other goes to the
 likeliest language a model translates. A pair no model serves is a 400 naming those served.
-LibreTranslate's too: `GET /languages` (each language with its targets), `POST /detect` (each
-text's language among the models', with a confidence of 0 to 100), `GET /frontend/settings`,
-`POST /translate_file` (.txt, .html, .docx, .odt, .pptx, .odp, .epub or .srt, the layout kept;
-its translation downloaded from `/download_file/...`) and `POST /suggest` (off: 403). Ours:
-`GET /` the web page, `GET /health` says whether the models are ready, `GET /info` what they
-are. Errors are `{"error": "..."}` with their status: 400 bad input, 403 no valid API key, 408
-a body too slow to arrive, 413 too long, 415 wrong content type, 429 past a client's limit and
-503 loading or busy (both with Retry-After); never a traceback.
+A field a route does not know is ignored, as LibreTranslate ignores those it does not use (its
+page sends `secret`): said once in the log, and listed in the answer's `ignored` where the
+answer is an object (/translate, /translate_file). A form may be urlencoded or multipart (as
+LibreTranslate's page sends it). LibreTranslate's too: `GET /languages` (each language with
+its targets), `POST /detect` (each text's language among the models', with a confidence of 0
+to 100), `GET /frontend/settings`, `POST /translate_file` (.txt, .html, .docx, .odt, .pptx,
+.odp, .epub or .srt, the layout kept; its translation downloaded from `/download_file/...`),
+`POST /suggest` (off: 403) and `GET /spec` (mt.serve.spec). Ours: `GET /` the web page,
+`GET /health` says whether the models are ready, `GET /info` what they are (and `GET
+/metrics`: mt.serve.metrics). Errors are `{"error": "..."}` with their status: 400 bad input,
+403 no valid API key, 408 a body too slow to arrive, 413 too long, 415 wrong content type, 429
+past a client's limit and 503 loading or busy (both with Retry-After); never a traceback.
 
 Every request's work runs off the event loop: the body is read there, everything else that
 takes CPU (parsing, sentence splitting, documents) in the workers (Service.work), decoding in
@@ -48,10 +52,12 @@ from ..errors import MtError
 from ..formats import FILE_FORMATS, Document, translate_documents
 from ..text import Layouts, Translations
 from .access import Access
-from .batcher import BadRequest, Model, Service
-from .downloads import Downloads
+from .batcher import BadRequest, Model, Service, log
+from .deployment import Deployment
+from .metrics import Metrics
 from .requests import (
     DETECT_FIELDS,
+    FIELDS,
     FILE_FIELDS,
     check_languages,
     check_limits,
@@ -65,6 +71,7 @@ from .requests import (
     read_document_file,
     read_form,
     read_markups,
+    unknown_fields,
 )
 from .responses import (
     answer,
@@ -72,13 +79,16 @@ from .responses import (
     json_answer,
     language,
     page_policy,
+    printable,
     unless_gone,
 )
+from .shared import store
 
 PAGE = Path(__file__).with_name("page.html")
 AUTO_CHARS = 4000  # of a document's text, to tell its language from
 INLINE_BYTES = 4096  # a body this small is parsed where it is read: a worker's hop costs more
 FRONTEND_TIMEOUT_MS = 500  # /frontend/settings: LibreTranslate's default
+UNKNOWN_SAID = 64  # names of unknown fields said in the log, once each, at most
 MEDIA_TYPES = {  # /download_file's, by suffix
     ".txt": "text/plain; charset=utf-8",
     ".html": "text/html; charset=utf-8",
@@ -95,16 +105,19 @@ MEDIA_TYPES = {  # /download_file's, by suffix
 class Api:
     """The HTTP endpoints of a Service, each a Starlette handler: LibreTranslate's where it
     has one (/translate, /languages, /detect, /frontend/settings, /translate_file, /suggest),
-    so that its clients work unchanged, and ours (/, /health, /info). `public_url`: where
-    clients reach the server, for download links; None: links relative to the server."""
+    so that its clients work unchanged, and ours (/, /health, /info). `deployment`: where
+    clients reach the server (its public URL and prefix, for download links) and what its
+    replicas share (the store of the limits' buckets and of the downloads)."""
 
-    def __init__(self, service: Service, access: Access, public_url: str | None = None) -> None:
+    def __init__(self, service: Service, access: Access, deployment: Deployment) -> None:
         self.service, self.settings, self.access = service, service.settings, access
-        self.public_url = public_url.rstrip("/") if public_url else ""
+        self.links = deployment.public_url + deployment.url_prefix  # before /download_file
         self.page = PAGE.read_text(encoding="utf-8")
         self.page_policy = page_policy(self.page)
-        minutes = self.settings.kept_minutes
-        self.downloads = Downloads(self.settings.kept_mb << 20, minutes * 60)
+        kept = (self.settings.kept_mb << 20, self.settings.kept_minutes * 60)
+        self.store = access.store = store(deployment.shared_storage, *kept)
+        self.metrics: Metrics | None = None  # set by create_app once the routes are made
+        self.said: set[str] = set()  # the unknown fields said in the log
 
     def _info(self) -> dict[str, Any]:
         """What the first model is, or 503 while the models load (or after one failed to)."""
@@ -130,14 +143,25 @@ class Api:
         address = request.client.host if request.client else "-"
         return self.access.client(fields.get("api_key"), address)
 
-    def _charge(self, client: tuple[str, Any], chars: int) -> None:
+    async def _charge(self, client: tuple[str, Any], chars: int) -> None:
         """A request of `chars` characters counted against its client's limits (413, 429)."""
-        if self.settings.char_limit and chars > self.settings.char_limit:
-            most = self.settings.char_limit
-            raise BadRequest(
-                413, f"q: {chars:,} characters, at most {most:,} a request (--char-limit)"
-            )
-        self.access.charge(*client, chars)
+        most = self.settings.max_request_chars
+        if most and chars > most:
+            why = f"q: {chars:,} characters, at most {most:,} a request (--max-request-chars)"
+            raise BadRequest(413, why, limit="max_request_chars")
+        await self.access.charge(*client, chars)
+
+    def _ignored(self, request: Any, fields: dict[str, Any], known: tuple[str, ...]) -> None:
+        """The fields of a request its route does not know, ignored: kept for the answer
+        (the request's `mt.ignored`) and said in the log once each (the first UNKNOWN_SAID
+        names: a client cannot fill the log or the memory with new ones)."""
+        unknown = unknown_fields(fields, known)
+        request.scope["mt.ignored"] = unknown
+        new = [name for name in unknown if name not in self.said][: UNKNOWN_SAID - len(self.said)]
+        if new:
+            self.said.update(new)
+            names = printable(", ".join(repr(name[:40]) for name in new))
+            log(f"ignored, as LibreTranslate ignores what it does not use: field(s) {names}")
 
     async def index(self, request: Any) -> Any:
         from starlette.responses import HTMLResponse
@@ -206,15 +230,17 @@ class Api:
             work = self._translate(request, kind, body)
             found, single, taken, model, beam = await unless_gone(request, work)
         seconds = time.perf_counter() - started
-        return json_answer(
-            answer(found, single, taken, (model or self.service.first).info, beam, seconds)
-        )
+        said = answer(found, single, taken, (model or self.service.first).info, beam, seconds)
+        if request.scope["mt.ignored"]:
+            said["ignored"] = request.scope["mt.ignored"]
+        return json_answer(said)
 
     async def _translate(self, request: Any, kind: str, body: bytes) -> tuple:
         """(each text's n-best, one text or a list, what each was taken for with source auto,
         the model of the first text translated, its beam)."""
         work = self._work(body)
         fields, form = await work(parse_fields, kind, body)
+        self._ignored(request, fields, FIELDS)
         client = self._client(request, fields)
         texts, single, asked, alternatives, source, target = await work(
             parse_request, fields, form, self.service.pairs
@@ -224,12 +250,14 @@ class Api:
             model = self._model(source, target)
             beam = asked or model.beam
             documents = await work(read_markups, texts, single, self.settings)
-            self._charge(client, sum(len(" ".join(d.units)) for d in documents))
+            units = [" ".join(d.units) for d in documents]
+            await self._charge(client, sum(map(len, units)))
+            self._translated(model, units)
             written = await self._translate_documents(documents, beam, model)
             found = [[(data.decode("utf-8"), math.nan)] for data in written]  # no score
             return Translations(found, [False] * len(found)), single, None, model, beam
         check_limits(texts, self.settings)
-        self._charge(client, sum(map(len, texts)))
+        await self._charge(client, sum(map(len, texts)))
         prefixes = parse_prefixes(fields, len(texts))
         terms = await work(parse_glossary, fields, texts)
         if source == "auto":
@@ -244,6 +272,7 @@ class Api:
             beams[model] = beam = asked or max(model.beam, alternatives + 1)
             steer = [None if x is None else [x[i] for i in todo] for x in (prefixes, terms)]
             wanted = [texts[i] for i in todo]
+            self._translated(model, wanted)
             decoded = await self._translate_texts(
                 wanted, beam, alternatives + 1, work, model, *steer
             )
@@ -253,6 +282,11 @@ class Api:
         first = next((model for _, model in routes if model is not None), None)
         taken = [c for c, _ in routes] if source == "auto" else None
         return found, single, taken, first, beams.get(first, asked or self.service.first.beam)
+
+    def _translated(self, model: Model, texts: list[str]) -> None:
+        """`texts` given to `model`, counted by the metrics."""
+        if self.metrics is not None:
+            self.metrics.translated(model, texts)
 
     def _model(self, source: str, target: str | None) -> Model:
         """The model of a pair check_languages let through ("auto" with html: the first
@@ -295,10 +329,11 @@ class Api:
             kind, body = await read_form(request, self.settings)
             work = self._work(body)
             fields, _ = await work(parse_fields, kind, body)
+            self._ignored(request, fields, DETECT_FIELDS)
             client = self._client(request, fields)
-            texts, single = parse_texts(fields, DETECT_FIELDS)
+            texts, single = parse_texts(fields)
             check_limits(texts, self.settings)
-            self._charge(client, sum(map(len, texts)))
+            await self._charge(client, sum(map(len, texts)))
             found = await unless_gone(request, self._identify(texts))
         return json_answer(found[0] if single else found)
 
@@ -368,32 +403,33 @@ class Api:
 
     async def _translate_file(self, request: Any, kind: str, body: bytes) -> Any:
         work = self.service.work
-        fields = await work(parse_multipart, request.headers["content-type"], body)
-        unknown = sorted(set(fields) - set(FILE_FIELDS))
-        if unknown:
-            raise BadRequest(400, f"unknown field '{unknown[0]}' (known: {', '.join(FILE_FIELDS)})")
+        fields = await work(parse_multipart, kind, body)
+        self._ignored(request, fields, FILE_FIELDS)
         values = {key: value.decode("utf-8", "replace") for key, (_, value) in fields.items()}
         client = self._client(request, values)  # a document is read for a valid key only
         source, target = check_languages(values, self.service.pairs)
         name, document = await work(read_document_file, fields, self.settings)
         request.scope["mt.texts"] = len(document.units)
-        self._charge(client, sum(len(unit) for unit in document.units))
+        await self._charge(client, sum(len(unit) for unit in document.units))
         if source == "auto":  # the language most of its text is in
             (candidates,) = await self._identify(["\n".join(document.units)[:AUTO_CHARS]])
             model = self._route(candidates, target)[1] or self._model("auto", target)
         else:
             model = self._model(source, target)
+        self._translated(model, document.units)
         (data,) = await self._translate_documents([document], model.beam, model)
-        stored = self.downloads.add(name, data)
-        url = f"{self.public_url}/download_file/{quote(stored)}"
-        return json_answer({"translatedFileUrl": url})
+        stored = await self.store.keep(name, data)
+        said = {"translatedFileUrl": f"{self.links}/download_file/{quote(stored)}"}
+        if request.scope["mt.ignored"]:
+            said["ignored"] = request.scope["mt.ignored"]
+        return json_answer(said)
 
     @endpoint
     async def download_file(self, request: Any) -> Any:
         from starlette.responses import Response
 
         stored = request.path_params["filename"]
-        data = self.downloads.get(stored)
+        data = await self.store.kept(stored)
         if data is None:
             raise BadRequest(404, f"{stored}: no such file (or no longer kept)")
         name = stored.partition(".")[2]

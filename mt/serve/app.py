@@ -5,6 +5,11 @@ The model loads after the port is bound: until it is ready, /health and /transla
 503. SIGINT or SIGTERM stops accepting connections, finishes the requests in flight (at most
 `STOP_SECONDS`) and exits 0.
 
+Around the routes (mt.serve.web): CORS and the URL prefix; /metrics (mt.serve.metrics) and
+/spec (mt.serve.spec) beside them. The key file is read again on SIGHUP and when it changes
+(mt.serve.access); with `--shared-storage` the replicas share limits and downloads through
+Redis (mt.serve.shared), whose connection is made when the server starts.
+
 What uvicorn leaves open, set as nginx sets it: a request's line and headers at most
 16 KB (431 beyond, counted as they arrive) and all in within 8 s (408; head.py), a body within
 requests.BODY_SECONDS, at most --max-connections connections (503), X-Forwarded-For believed
@@ -34,8 +39,13 @@ if TYPE_CHECKING:  # asyncio is imported where a server runs: `mt --help` stays 
 from .access import Access
 from .api import Api
 from .batcher import STOP_SECONDS, Service, Settings, log
+from .deployment import Deployment
 from .head import guarded_protocol
-from .responses import error
+from .metrics import Metrics
+from .responses import error, json_answer, printable
+from .shared import reachable
+from .spec import document
+from .web import cross_origin, under_prefix
 
 # every answer's: no MIME sniffing, no framing (the page sets a stricter policy of its own)
 HEADERS = [
@@ -46,15 +56,26 @@ HEADERS = [
 ]
 
 
-def create_app(service: Service, access: Access | None = None, public_url: str | None = None):
-    """The Starlette application of `service`, its access log and headers included."""
+def create_app(
+    service: Service, access: Access | None = None, deployment: Deployment | None = None
+) -> Any:
+    """The Starlette application of `service`, in its layers: the access log and headers,
+    CORS, the URL prefix; its attributes `metrics` (the server's: mt.serve.metrics) and
+    `routes` (its table)."""
+    import asyncio
     from contextlib import asynccontextmanager
+    from importlib.metadata import PackageNotFoundError, version
 
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.routing import Route
 
-    api = Api(service, access or Access(), public_url)
+    access, deployment = access or Access(), deployment or Deployment()
+    api = Api(service, access, deployment)
+    try:
+        spec = document(deployment.url_prefix, version("mt"))
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        spec = document(deployment.url_prefix, "0")
 
     async def http_error(request: Any, e: HTTPException) -> Any:
         return error(e.status_code, e.detail)
@@ -62,11 +83,19 @@ def create_app(service: Service, access: Access | None = None, public_url: str |
     async def server_error(request: Any, e: Exception) -> Any:
         return error(500, "internal error (the server's log has the details)")
 
+    async def spec_answer(request: Any) -> Any:
+        return json_answer(spec)
+
     @asynccontextmanager
     async def lifespan(app: Starlette):
+        await api.store.open()
         service.start()
+        watch = asyncio.ensure_future(access.watch(asyncio.sleep)) if access.path else None
         yield
+        if watch is not None:
+            watch.cancel()
         service.stop()
+        await api.store.close()
 
     post = ["POST"]
     routes = [
@@ -80,18 +109,26 @@ def create_app(service: Service, access: Access | None = None, public_url: str |
         Route("/translate_file", api.translate_file, methods=post),
         Route("/download_file/{filename}", api.download_file, name="download_file"),
         Route("/suggest", api.suggest, methods=post),
+        Route("/spec", spec_answer),
     ]
+    metrics = api.metrics = Metrics(service, routes, deployment.metrics_token)
+    routes.append(Route("/metrics", metrics.endpoint))
     app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
         lifespan=lifespan,
     )
-    return access_log(app)
+    app = under_prefix(app, deployment.url_prefix)
+    app = access_log(cross_origin(app, deployment.cors_origins), metrics)
+    app.metrics = metrics  # for the head guard's refusals, which come before any route
+    app.routes = routes
+    return app
 
 
-def access_log(app: Any) -> Any:
+def access_log(app: Any, metrics: Metrics) -> Any:
     """One stderr line a request: client, method, path, status, texts, milliseconds; and
-    HEADERS on every answer. A request cancelled at stop (its grace over) ends quietly."""
+    HEADERS on every answer; each request counted by the metrics. A request cancelled at
+    stop (its grace over) ends quietly."""
     import asyncio
 
     async def logged(scope: dict, receive: Callable, send: Callable) -> None:
@@ -114,19 +151,12 @@ def access_log(app: Any) -> Any:
         finally:
             host, port = scope.get("client") or ("-", 0)
             texts = f" {scope['mt.texts']} texts" if "mt.texts" in scope else ""
-            ms = (time.perf_counter() - started) * 1000
+            seconds = time.perf_counter() - started
             said = printable(f'{host}:{port} "{scope["method"]} {scope["path"]}"')
-            log(f"{said} {status[0] or '-'}{texts} {ms:.0f} ms")
+            log(f"{said} {status[0] or '-'}{texts} {seconds * 1000:.0f} ms")
+            metrics.answered(scope, status[0] or "cancelled", seconds)
 
     return logged
-
-
-def printable(text: str) -> str:
-    """`text` with every control or non-printing character escaped (\\n, \\x1b ...): what a
-    client wrote cannot forge log lines or drive a terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -145,16 +175,20 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def server(
-    app: Any, max_connections: int = Settings.max_connections, trusted_proxies: str = ""
+    app: Any,
+    max_connections: int = Settings.max_connections,
+    trusted_proxies: str = "",
+    refused: Callable[[str], None] = lambda limit: None,
 ) -> Any:
     """The uvicorn server of `app`: our access log instead of uvicorn's, its own warnings,
-    the head bounded, X-Forwarded-For believed only from `trusted_proxies` (comma-separated
-    addresses or networks)."""
+    the head bounded (each head refused told to `refused`, by its limit's name),
+    X-Forwarded-For believed only from `trusted_proxies` (comma-separated addresses or
+    networks)."""
     import uvicorn
 
     config = uvicorn.Config(
         app,
-        http=guarded_protocol(),
+        http=guarded_protocol(refused),
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=STOP_SECONDS,
@@ -172,21 +206,26 @@ def run(
     host: str,
     port: int,
     access: Access | None = None,
-    public_url: str | None = None,
-    trusted_proxies: str = "",
+    deployment: Deployment | None = None,
 ):
-    """Serve until SIGINT or SIGTERM; the error of a model that failed to load is raised."""
+    """Serve until SIGINT or SIGTERM (SIGHUP: the key file read again); the error of a model
+    that failed to load is raised."""
     try:
+        import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
         raise MachineError(
-            "starlette and uvicorn are not installed: pip install 'mt[serve]'"
+            "starlette, uvicorn and prometheus_client are not installed: pip install 'mt[serve]'"
         ) from None
+    access, deployment = access or Access(), deployment or Deployment()
+    if deployment.shared_storage:
+        reachable(deployment.shared_storage)
     sock = listen(host, port)
     service = Service(open_models, settings)
-    app = create_app(service, access, public_url)
-    uv = server(app, settings.max_connections, trusted_proxies)
+    app = create_app(service, access, deployment)
+    metrics = app.metrics
+    uv = server(app, settings.max_connections, deployment.trusted_proxies, metrics.refused)
     service.on_failure = lambda: setattr(uv, "should_exit", True)
     stop = uv.handle_exit  # uvicorn's signal handler, which starts the graceful stop
 
@@ -195,10 +234,12 @@ def run(
         stop(sig, frame)
 
     uv.handle_exit = stopping
-    log(f"loading the model; listening on http://{host}:{sock.getsockname()[1]}/")
+    where = f"http://{host}:{sock.getsockname()[1]}{deployment.url_prefix}/"
+    log(f"loading the model; listening on {where}")
     # uvicorn raises the signal it stopped on again once it has stopped; ignoring that second
     # one lets a server stopped as asked exit 0
     previous = {s: signal.signal(s, lambda *_: None) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: access.hung_up())
     try:
         uv.run(sockets=[sock])
     finally:

@@ -33,16 +33,21 @@ DECODER_STOP_SECONDS = 2  # then the batch being decoded may finish, for clients
 IDLE_SECONDS = 1.0  # quiet for this long after work, the server hands freed memory back
 
 
-def knob(default: float, help: str, least: int = 1) -> Any:
-    """A setting: its default, its `mt serve --help` text, the least value it takes."""
-    return field(default=default, metadata={"help": help, "least": least})
+def knob(default: float, help: str, least: int = 1, also: str = "") -> Any:
+    """A setting: its default, its `mt serve --help` text, the least value it takes, and
+    another name of its option (`also`: LibreTranslate's)."""
+    return field(default=default, metadata={"help": help, "least": least, "also": also})
 
 
 @dataclass
 class Settings:
     """The server's limits and batching knobs, each an option of `mt serve`."""
 
-    max_chars: int = knob(1000, "Characters a text may have (413 beyond).")
+    max_chars: int = knob(
+        1000,
+        "Characters a text may have (413 beyond); LibreTranslate's name too.",
+        also="--char-limit",
+    )
     max_texts: int = knob(64, "Texts a request may hold (413 beyond).")
     max_requests: int = knob(256, "Requests being read, parsed or decoded at once (503 beyond).")
     batch_texts: int = knob(64, "Texts of concurrent requests one decoder batch gathers at most.")
@@ -51,8 +56,8 @@ class Settings:
     )
     workers: int = knob(2, "Threads that parse requests and documents and write translations.")
     max_connections: int = knob(512, "Open connections at once (503 beyond).")
-    char_limit: int = knob(
-        0, "Characters a request, all its texts (413 beyond); 0: no limit.", least=0
+    max_request_chars: int = knob(
+        0, "Characters a request may have, all its texts (413 beyond); 0: no limit.", least=0
     )
     req_limit: int = knob(
         0, "Requests a minute per client, key or address (429 beyond); 0: no limit.", least=0
@@ -83,11 +88,13 @@ class Settings:
 
 
 class BadRequest(Exception):
-    """A request the server refuses: its HTTP status and a one-line reason."""
+    """A request the server refuses: its HTTP status and a one-line reason; `retry`: the
+    seconds for Retry-After (0: none); `limit`: the limit it is past, by name (metrics count
+    them: mt.serve.metrics), "" for a request refused for another reason."""
 
-    def __init__(self, status: int, message: str, retry: int = 0) -> None:
+    def __init__(self, status: int, message: str, retry: int = 0, limit: str = "") -> None:
         super().__init__(message)
-        self.status, self.retry = status, retry  # retry: seconds for Retry-After (0: none)
+        self.status, self.retry, self.limit = status, retry, limit
 
 
 @dataclass
@@ -221,6 +228,7 @@ class Model:
         self.batches, self.decoded = self.batches + 1, self.decoded + len(texts)
         # the batch is dropped between two decoding steps once all its clients have left
         gone = abandoned.set(lambda: all(job.cancelled for job in jobs))
+        started = time.perf_counter()
         try:
             found = self.translator.translate_nbest(
                 texts,
@@ -245,11 +253,13 @@ class Model:
             return
         finally:
             abandoned.reset(gone)
+        seconds = time.perf_counter() - started
         start = 0
         for job in jobs:
             result = found.part(start, start + len(job.texts))
             start += len(job.texts)
             job.loop.call_soon_threadsafe(_settle, job.future, result, None)
+        self.service.on_batch(self, found, seconds)
 
     async def submit(
         self,
@@ -284,6 +294,9 @@ class Service:
         self.models = [Model(open_model, self) for open_model in open_models]
         self.error: BaseException | None = None
         self.on_failure: Callable[[], None] = lambda: None
+        # after each batch, once its requests are answered: (the model, its best
+        # translations, the seconds it took); the metrics count them (mt.serve.metrics)
+        self.on_batch: Callable[[Model, Translations, float], None] = lambda *batch: None
         self.pending = 0  # requests admitted and not yet answered, counted on the event loop
         self.pool: Any = None  # the workers: a ThreadPoolExecutor, made at start
         self.worked = False  # since memory was last handed back
@@ -350,9 +363,8 @@ class Service:
         with Retry-After past --max-requests."""
         if self.pending >= self.settings.max_requests:
             most = self.settings.max_requests
-            raise BadRequest(
-                503, f"busy: {self.pending} request(s) in flight (--max-requests {most})", 1
-            )
+            why = f"busy: {self.pending} request(s) in flight (--max-requests {most})"
+            raise BadRequest(503, why, 1, "max_requests")
         self.pending += 1
         try:
             yield

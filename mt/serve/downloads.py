@@ -1,6 +1,7 @@
 """The translated files /translate_file made, kept in memory for /download_file: the newest
 first, at most `--kept-mb` megabytes in all and none older than `--kept-minutes`. A file's name
-is a random UUID and its own name: it cannot be guessed, and only its requester learns it."""
+is a random UUID and its own name: it cannot be guessed, and only its requester learns it.
+(Replicas keep them in Redis instead: mt.serve.shared.)"""
 
 from __future__ import annotations
 
@@ -19,14 +20,8 @@ class Downloads:
 
     def add(self, name: str, data: bytes) -> str:
         """Keep `data` as a file named `name`; its download name. The oldest go first to make
-        room; a file larger than the whole store is a 413."""
-        if len(data) > self.max_bytes:
-            raise BadRequest(
-                413,
-                f"{name}: its translation is {len(data):,} bytes, more than the "
-                f"{self.max_bytes:,} kept for downloads (--kept-mb)",
-            )
-        stored = f"{uuid.uuid4()}.{name}"
+        room."""
+        stored = stored_name(name, data, self.max_bytes)
         self.files[stored] = (time.monotonic(), data)
         self.size += len(data)
         while self.size > self.max_bytes:
@@ -44,3 +39,16 @@ class Downloads:
     def _drop(self) -> None:
         _, (_, data) = self.files.popitem(last=False)
         self.size -= len(data)
+
+
+def stored_name(name: str, data: bytes, max_bytes: int) -> str:
+    """The download name of a file `name` of `data`: a random UUID and its name; a file
+    larger than the whole store (`max_bytes`) is a 413."""
+    if len(data) > max_bytes:
+        raise BadRequest(
+            413,
+            f"{name}: its translation is {len(data):,} bytes, more than the "
+            f"{max_bytes:,} kept for downloads (--kept-mb)",
+            limit="kept_mb",
+        )
+    return f"{uuid.uuid4()}.{name}"

@@ -15,15 +15,17 @@ from the next piece, so it is refused by 2 × MAX_HEAD_BYTES.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 MAX_HEAD_BYTES = 16 << 10  # a request's line and headers (uvicorn's h11 default)
 HEAD_SECONDS = 8  # from a request's first byte (or the connection) to the end of its headers
 
 
-def guarded_protocol() -> type[asyncio.Protocol]:
+def guarded_protocol(refused: Callable[[str], None] = lambda limit: None) -> type[asyncio.Protocol]:
     """The protocol class for `uvicorn.Config(http=...)`: `HeadGuard` around uvicorn's
-    httptools protocol (found by its public name, "httptools")."""
+    httptools protocol (found by its public name, "httptools"); `refused` is told of each
+    head it refuses, by the limit's name (head_bytes, head_seconds: the metrics count them)."""
     import httptools
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
@@ -121,6 +123,7 @@ def guarded_protocol() -> type[asyncio.Protocol]:
             if self.refused or self.transport.is_closing():
                 return
             self.refused = True
+            refused("head_bytes" if status == 431 else "head_seconds")
             body = f'{{"error": "{reason}"}}'.encode()
             head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
             head += f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

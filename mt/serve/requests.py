@@ -1,6 +1,7 @@
 """Reading and checking a request: its body within the limits, JSON, form or multipart
 fields, the texts and options of /translate, the file of /translate_file; every refusal a
-`BadRequest` naming the culprit."""
+`BadRequest` naming the culprit. A field the route does not know is ignored, as LibreTranslate
+ignores those it does not use (its page sends `secret`), and named by `unknown_fields`."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ TEXT_FORMATS = ("text", "html")  # /translate's `format`
 MAX_GLOSSARY = 1000  # entries of a request's glossary
 MAX_TERM = 100  # characters of a glossary's source term (a target term too long to fit in
 # a translation is refused by the constraints, 400 too)
-MAX_PARTS = 8  # of a multipart body: /translate_file has 4 fields
+MAX_PARTS = 16  # of a multipart body: /translate has 10 fields, LibreTranslate's page sends 7
 MAX_PART_HEADER = 2048  # bytes: a field's name, a file's name (255 characters) and its type
 HEADER_END = re.compile(rb"\A\r?\n|\r?\n\r?\n")  # a part's header ends: none, or a blank line
 
@@ -45,7 +46,7 @@ def parse_request(fields: dict[str, Any], form: bool, pairs: list[tuple[str, str
     model's own, alternatives, source or "auto", target or None), or BadRequest naming the
     culprit. `pairs`: the languages the models translate from and to; a form's values are
     strings, JSON's are typed. Limits are checked by `check_limits`."""
-    texts, single = parse_texts(fields, FIELDS)
+    texts, single = parse_texts(fields)
     source, target = check_languages(fields, pairs)
     if fields.get("format", "text") not in TEXT_FORMATS:
         raise BadRequest(400, f"format: {fields['format']!r} is not served (text or html)")
@@ -63,12 +64,14 @@ def parse_request(fields: dict[str, Any], form: bool, pairs: list[tuple[str, str
     return texts, single, beam, alternatives, source, target
 
 
-def parse_texts(fields: dict[str, Any], known: tuple[str, ...]) -> tuple[list[str], bool]:
-    """The texts of a /translate or /detect request (`known`: its fields) and whether `q` was
-    one text rather than a list; BadRequest for a field not known, or no text to read."""
-    unknown = sorted(set(fields) - set(known))
-    if unknown:
-        raise BadRequest(400, f"unknown field '{unknown[0]}' (known: {', '.join(known)})")
+def unknown_fields(fields: dict[str, Any], known: tuple[str, ...]) -> list[str]:
+    """The names of a request's fields that its route does not know (`known`), sorted."""
+    return sorted(set(fields).difference(known))
+
+
+def parse_texts(fields: dict[str, Any]) -> tuple[list[str], bool]:
+    """The texts of a /translate or /detect request and whether `q` was one text rather
+    than a list; BadRequest for no text to read."""
     if "q" not in fields:
         raise BadRequest(400, "q: missing (a text, or a list of texts)")
     q = fields["q"]
@@ -165,9 +168,9 @@ def _kind(value: Any) -> str:
 
 def check_limits(texts: list[str], settings: Settings) -> None:
     if len(texts) > settings.max_texts:
-        raise BadRequest(
-            413, f"q: {len(texts)} texts, at most {settings.max_texts} a request (--max-texts)"
-        )
+        most = settings.max_texts
+        why = f"q: {len(texts)} texts, at most {most} a request (--max-texts)"
+        raise BadRequest(413, why, limit="max_texts")
     for i, text in enumerate(texts):
         check_length(text, settings, f"q[{i}]")
 
@@ -183,9 +186,9 @@ def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Doc
         try:
             documents.append(read_markup(text, where, settings.max_chars))
         except MarkupTooCostly as e:
-            raise BadRequest(413, str(e)) from None
+            raise BadRequest(413, str(e), limit="markup") from None
         except DocumentTooLarge as e:
-            raise BadRequest(413, f"{e} (--max-chars)") from None
+            raise BadRequest(413, f"{e} (--max-chars)", limit="max_chars") from None
         except DocumentError as e:
             raise BadRequest(400, str(e)) from None
     return documents
@@ -194,8 +197,8 @@ def read_markups(texts: list[str], single: bool, settings: Settings) -> list[Doc
 def check_length(text: str, settings: Settings, where: str) -> None:
     """413 for a text (`where` names it) longer than --max-chars."""
     if len(text) > settings.max_chars:
-        most = settings.max_chars
-        raise BadRequest(413, f"{where}: {len(text)} characters, at most {most} (--max-chars)")
+        why = f"{where}: {len(text)} characters, at most {settings.max_chars} (--max-chars)"
+        raise BadRequest(413, why, limit="max_chars")
 
 
 async def read_body(request: Any, limit: int) -> bytes:
@@ -219,9 +222,10 @@ async def read_body(request: Any, limit: int) -> bytes:
     try:
         await asyncio.wait_for(read(), BODY_SECONDS)
     except asyncio.TimeoutError:
-        raise BadRequest(408, f"body not received within {BODY_SECONDS} s") from None
+        why = f"body not received within {BODY_SECONDS} s"
+        raise BadRequest(408, why, limit="body_seconds") from None
     if size > limit:
-        raise BadRequest(413, f"body of {size:,} bytes or more, at most {limit:,}")
+        raise BadRequest(413, f"body of {size:,} bytes or more, at most {limit:,}", limit="body")
     return b"".join(body)
 
 
@@ -230,18 +234,34 @@ def content_type(request: Any) -> str:
 
 
 async def read_form(request: Any, settings: Settings, multipart: bool = False) -> tuple[str, bytes]:
-    """The content type of a /translate or /detect request (`multipart`: /translate_file's)
-    and its body, read within the limits; 415 for another type."""
+    """The content type of a /translate or /detect request, JSON or a form (urlencoded, or
+    multipart as LibreTranslate's page sends it), or of a /translate_file request
+    (`multipart` only), and its body, read within the limits; 415 for another type. A
+    multipart type is given whole: its boundary is in it."""
     kind = content_type(request)
     if multipart and kind != MULTIPART_TYPE:
         raise BadRequest(415, f"Content-Type: expected {MULTIPART_TYPE}")
-    if not multipart and kind not in (JSON_TYPE, FORM_TYPE):
-        raise BadRequest(415, f"Content-Type: expected {JSON_TYPE} or {FORM_TYPE}, got {kind!r}")
+    if not multipart and kind not in (JSON_TYPE, FORM_TYPE, MULTIPART_TYPE):
+        raise BadRequest(
+            415,
+            f"Content-Type: expected {JSON_TYPE}, {FORM_TYPE} or {MULTIPART_TYPE}, got {kind!r}",
+        )
+    if kind == MULTIPART_TYPE:
+        kind = request.headers["content-type"]
     return kind, await read_body(request, settings.max_body)
 
 
 def parse_fields(kind: str, body: bytes) -> tuple[dict[str, Any], bool]:
-    """The body of a /translate or /detect request as fields, and whether it was a form."""
+    """The body of a /translate or /detect request as fields, and whether it was a form
+    (its values strings: a multipart one's each read as UTF-8)."""
+    if kind.lower().startswith(MULTIPART_TYPE):
+        values = {}
+        for name, (_, value) in parse_multipart(kind, body).items():
+            try:
+                values[name] = value.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BadRequest(400, f"{name}: not UTF-8 (byte {e.start})") from None
+        return values, True
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -281,7 +301,7 @@ def read_document_file(
     try:
         document = read_document(filename, data, settings.max_file_chars)
     except DocumentTooLarge as e:
-        raise BadRequest(413, str(e)) from None
+        raise BadRequest(413, str(e), limit="document") from None
     except DocumentError as e:
         raise BadRequest(400, str(e)) from None
     for number, block in enumerate(document.blocks, start=1):

@@ -1,6 +1,7 @@
 """What the HTTP routes answer: LibreTranslate's answer to /translate, `{"error": ...}` with
 its status, a handler's refusals turned into those, a request cancelled when its client
-leaves, the page's Content-Security-Policy and a language as /languages lists it."""
+leaves, the page's Content-Security-Policy, a language as /languages lists it, and what a
+client wrote made safe for the log."""
 
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ class ClientGone(Exception):
 
 
 def endpoint(handler: Callable) -> Callable:
-    """A handler whose BadRequest is its error answer."""
+    """A handler whose BadRequest is its error answer (one past a limit counted by the
+    metrics)."""
 
     async def handle(api: Any, request: Any) -> Any:
         from starlette.requests import ClientDisconnect
@@ -79,6 +81,8 @@ def endpoint(handler: Callable) -> Callable:
         try:
             return await handler(api, request)
         except BadRequest as e:
+            if e.limit and api.metrics is not None:
+                api.metrics.refused(e.limit)
             return error(e.status, str(e), e.retry)
         except (ClientDisconnect, ClientGone):  # nobody reads it: the access log's status
             return error(499, "the client disconnected")
@@ -124,6 +128,14 @@ def page_policy(page: str) -> str:
         "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
         "frame-ancestors 'none'"
     )
+
+
+def printable(text: str) -> str:
+    """`text` with every control or non-printing character escaped (\\n, \\x1b ...): what a
+    client wrote cannot forge log lines or drive a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def language(code: str, targets: list[str]) -> dict[str, Any]:

@@ -61,10 +61,11 @@ class Layouts:
     def translations(self, found: Translations) -> Translations:
         """Each text's n-best (`joined`), whether it is short (a sentence of it is: the
         verdict of the guard that `found`, the translations of `sentences`, carry), and its
-        spans placed by their neighbours (its sentences')."""
+        spans placed by their neighbours and its tokens (its sentences')."""
         short = [any(flags) for _, flags in self._per_text(found.short)]
         placed = [sum(counts) for _, counts in self._per_text(found.placed)]
-        return Translations(self.joined(found.nbest), short, placed)
+        tokens = [sum(counts) for _, counts in self._per_text(found.tokens)]
+        return Translations(self.joined(found.nbest), short, placed, tokens)
 
 
 def translate_texts_nbest(

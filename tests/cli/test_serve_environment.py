@@ -58,6 +58,8 @@ def test_every_option_is_read_from_its_variable_and_a_flag_wins(monkeypatch):
         assert params[option.name] == a_value(option)[1], variable(option)
     assert parsed("--port", "9000", "--max-chars", "5")["port"] == 9000  # the flag wins
     assert parsed("--max-chars", "5")["max_chars"] == 5
+    assert parsed("--char-limit", "7")["max_chars"] == 7  # LibreTranslate's name, its meaning
+    assert parsed("--metrics-auth-token", "t")["metrics_token"] == "t"  # LibreTranslate's
 
 
 def test_a_flag_is_read_from_its_variable(monkeypatch):
@@ -97,6 +99,11 @@ def test_one_variable_of_each_kind_has_its_effect(cli_main, served, monkeypatch,
         "MT_SERVE_HOST": "0.0.0.0",  # a string
         "MT_SERVE_PUBLIC_URL": "https://mt.example.org",
         "MT_SERVE_SET": "decode.beam=2 decode.max_len_b=5",  # a repeated option
+        "MT_SERVE_URL_PREFIX": "mt/",  # the deployment's, each checked and made canonical
+        "MT_SERVE_CORS_ORIGINS": "https://a.example.org, http://127.0.0.1:8080",
+        "MT_SERVE_METRICS_TOKEN": "t0ken",
+        "MT_SERVE_SHARED_STORAGE": "redis://redis:6379/2",
+        "MT_SERVE_MAX_REQUEST_CHARS": "5000",
     }
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
@@ -106,7 +113,14 @@ def test_one_variable_of_each_kind_has_its_effect(cli_main, served, monkeypatch,
     assert (served["host"], served["port"]) == ("0.0.0.0", 8123)
     assert (settings.max_texts, settings.batch_wait_ms) == (9, 2.5)
     assert list(access.keys) == ["secret"] and access.keys["secret"].requests == 5
-    assert served["public_url"] == "https://mt.example.org"
+    deployment = served["deployment"]
+    assert (deployment.public_url, deployment.url_prefix) == ("https://mt.example.org", "/mt")
+    assert deployment.cors_origins == ("https://a.example.org", "http://127.0.0.1:8080")
+    assert (deployment.metrics_token, deployment.shared_storage) == (
+        "t0ken",
+        "redis://redis:6379/2",
+    )
+    assert settings.max_request_chars == 5000
     models = served["open_models"]
     assert [model.args[0] for model in models] == ["runs/a", "runs/b"]
     assert models[0].args[2] == ["decode.beam=2", "decode.max_len_b=5"]
@@ -124,6 +138,9 @@ def test_one_variable_of_each_kind_has_its_effect(cli_main, served, monkeypatch,
         ("MT_SERVE_MAX_TEXTS", "0", "MT_SERVE_MAX_TEXTS=0: must be at least 1 (--max-texts)"),
         ("MT_SERVE_PUBLIC_URL", "mt.org", "MT_SERVE_PUBLIC_URL=mt.org: expected http://..."),
         ("MT_SERVE_API_KEYS", "/none/keys", "MT_SERVE_API_KEYS=/none/keys: cannot read it"),
+        ("MT_SERVE_URL_PREFIX", "/a b", "MT_SERVE_URL_PREFIX=/a b: expected a path such as"),
+        ("MT_SERVE_CORS_ORIGINS", "a.org", "MT_SERVE_CORS_ORIGINS=a.org: 'a.org' is not an"),
+        ("MT_SERVE_SHARED_STORAGE", "http://r", "MT_SERVE_SHARED_STORAGE=http://r: expected re"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_variable(

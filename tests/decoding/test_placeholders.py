@@ -117,7 +117,7 @@ def test_the_translator_forces_what_was_lost_then_puts_back_what_still_is(monkey
 
     class Unguarded:
         def guarded(self, translate, texts, decode):
-            return translate(range(len(texts)), decode), [False] * len(texts)
+            return translate(range(len(texts)), decode), [False] * len(texts), [0] * len(texts)
 
     monkeypatch.setattr(engine.Translator, "coverage", Unguarded())
     sources = ["Call 555 now.", "Meet at 10:30 or 11:00.", "Hello."]

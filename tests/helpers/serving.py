@@ -22,6 +22,7 @@ from mt.decoding.engine import Translator, open_translator
 from mt.serve import app as serve_app
 from mt.serve.access import Access
 from mt.serve.batcher import Service, Settings
+from mt.serve.deployment import Deployment
 from mt.serve.requests import JSON_TYPE
 
 SENTENCES = ["Hello.", "I love you.", "Where is the station?", "The coffee is hot.", "Let's go!"]
@@ -37,15 +38,17 @@ def loader(model: Path) -> Callable[[], Translator]:
 def serving(
     *open_models: Callable[[], Translator],
     access: Access | None = None,
-    public_url: str | None = None,
-    trusted_proxies: str = "",
+    deployment: Deployment | None = None,
     **settings,
 ):
     """An in-process server of one model or several on a free port: (its URL, its Service)."""
     service = Service(list(open_models), Settings(**settings))
     sock = serve_app.listen("127.0.0.1", 0)
-    app = serve_app.create_app(service, access, public_url)
-    server = serve_app.server(app, service.settings.max_connections, trusted_proxies)
+    deployment = deployment or Deployment()
+    app = serve_app.create_app(service, access, deployment)
+    server = serve_app.server(
+        app, service.settings.max_connections, deployment.trusted_proxies, app.metrics.refused
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -74,9 +77,22 @@ def call(
     return response.status, json.loads(answer), dict(response.getheaders())
 
 
-def wait_ready(address: str) -> None:
+def request(
+    address: str, method: str, path: str, headers: dict | None = None, body: bytes | None = None
+) -> tuple[int, dict, bytes]:
+    """(status, headers with lowercase names, body) of one request, whatever it answers."""
+    connection = http.client.HTTPConnection(address, timeout=60)
+    connection.request(method, path, body, headers or {})
+    response = connection.getresponse()
+    data = response.read()
+    connection.close()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+
+def wait_ready(address: str, root: str = "/") -> None:
+    """Once the server at `address`, under the path `root`, answers /health."""
     deadline = time.monotonic() + 60
-    while call(address, "/health")[0] != 200:
+    while call(address, f"{root}health")[0] != 200:
         assert time.monotonic() < deadline, "the server did not get ready in 60 s"
         time.sleep(0.05)
 
@@ -136,8 +152,8 @@ def start_cli_server(model: Path, *options: str) -> tuple[subprocess.Popen, str]
     )
     line = process.stderr.readline()
     assert "listening on http://127.0.0.1:" in line, line
-    address = line.rsplit("http://", 1)[1].strip().rstrip("/")
-    wait_ready(address)
+    address, _, prefix = line.rsplit("http://", 1)[1].strip().partition("/")
+    wait_ready(address, "/" + prefix)
     return process, address
 
 

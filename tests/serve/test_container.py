@@ -11,7 +11,6 @@ import hashlib
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.serving import call
+from helpers.services import free_port
+from helpers.serving import call, start_cli_server
+from mt.serve.shared import check_url
 
 ROOT = Path(__file__).resolve().parents[2]
 # the base: Debian's Python 3.11, its venv, useradd and the C++ runtime (numpy's, torch's),
@@ -71,14 +72,22 @@ def podman(tmp_path_factory: pytest.TempPathFactory):
     return command
 
 
+# what the image's Python needs beside mt[serve]'s own: torch's CPU wheel, setuptools to build
+# mt, and what a requirement asks for only below this Python's patch release (redis wants
+# async-timeout before 3.11.3; bookworm's is 3.11.2)
+WHEELS = ["torch==2.13.0", "setuptools>=77", "async-timeout>=4.0.3"]
+
+
 def wheels(cache: Path) -> Path:
-    """Every wheel mt[serve] needs, torch's CPU one, and setuptools to build mt: made once
-    (pytest's cache) from this machine's index, for this Python, which is the image's."""
-    folder = cache / "container-wheels"
+    """Every wheel mt[serve] needs, and WHEELS: made once (pytest's cache) from this
+    machine's index, for this Python, whose minor version is the image's; made again when
+    pyproject.toml (mt's requirements) or WHEELS change."""
+    recipe = (ROOT / "pyproject.toml").read_bytes() + " ".join(WHEELS).encode()
+    folder = cache / f"container-wheels-{hashlib.sha256(recipe).hexdigest()[:12]}"
     if not any(folder.glob("torch-*.whl")):
         folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "wheel", "--quiet", "-w", str(folder)]
-        done = run([*command, "torch==2.13.0", "setuptools>=77", f"{ROOT}[serve]"], 1800)
+        done = run([*command, *WHEELS, f"{ROOT}[serve]"], 1800)
         assert done.returncode == 0, done.stderr[-2000:]
     return folder
 
@@ -105,12 +114,6 @@ def image(podman, model, request, tmp_path_factory: pytest.TempPathFactory):
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     yield IMAGE
     run(["podman", "rmi", "-f", IMAGE], 300)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_image_answers_health_and_translate_as_mt_serve_does(podman, image, server):
@@ -175,5 +178,26 @@ def test_compose_runs_replicas_behind_nginx_round_robin_with_redis():
     names = {p.name for p in get_command(app).commands["serve"].params}
     for variable in services["mt1"]["environment"]:  # each an option of mt serve
         assert variable.removeprefix("MT_SERVE_").lower() in names, variable
-    text = (ROOT / "compose.yaml").read_text(encoding="utf-8")
-    assert "# MT_SERVE_SHARED_STORAGE: redis://redis:6379/0" in text  # until mt has it
+    storage = services["mt1"]["environment"]["MT_SERVE_SHARED_STORAGE"]  # the replicas share
+    assert storage == "redis://redis:6379/0" and check_url(storage)  # Redis's own port
+
+
+def test_the_health_check_follows_the_url_prefix(model):
+    """The Dockerfile's HEALTHCHECK command, run here against `mt serve` under /mt: it passes
+    with the prefix the server has, from MT_SERVE_URL_PREFIX as the server reads it, and
+    fails without."""
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    command = json.loads(re.search(r"^HEALTHCHECK .*\\\n\s*CMD (\[.*\])$", dockerfile, re.M)[1])
+    assert command[0] == "python3"
+    process, address = start_cli_server(model, "--url-prefix", "mt/")
+    try:
+        port = address.split(":")[1]
+        for prefix, code in (("mt", 0), ("/mt/", 0), ("", 1), ("other", 1)):
+            environment = {"MT_SERVE_PORT": port, "MT_SERVE_URL_PREFIX": prefix}
+            done = subprocess.run(
+                [sys.executable, *command[1:]], env=environment, check=False, capture_output=True
+            )
+            assert (done.returncode != 0) == bool(code), (prefix, done.stderr[-300:])
+    finally:
+        process.terminate()
+        process.wait(15)

@@ -233,8 +233,8 @@ def test_a_part_header_of_many_parameters_is_refused_at_once():
         parse_multipart(KIND, part(header) + b"--B--\r\n")  # 15 s by the email package
     with pytest.raises(BadRequest, match=r"^Content-Type: [\d,]+ characters, at most 2,048$"):
         parse_multipart(KIND + "; a=b" * 1000, part(b'Content-Disposition: form-data; name="q"'))
-    many = part(b'Content-Disposition: form-data; name="q"') * 9 + b"--B--\r\n"
-    with pytest.raises(BadRequest, match=r"^body: more than 8 parts \(at most 8\)$"):
+    many = part(b'Content-Disposition: form-data; name="q"') * 17 + b"--B--\r\n"
+    with pytest.raises(BadRequest, match=r"^body: more than 16 parts \(at most 16\)$"):
         parse_multipart(KIND, many)
 
 
