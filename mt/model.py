@@ -72,9 +72,8 @@ def explicit_attention(device_type: str, dtype: torch.dtype) -> bool:
     """Whether attention on `device_type` in `dtype` is faster as explicit matmuls and softmax
     than by SDPA's fused kernels: bf16 and fp16 on the CPU, where SDPA's flash kernel took a
     large share of a training step on Xeons with and without bf16 units, while in float32
-    SDPA is faster. On GPUs SDPA has fused flash kernels for every precision. The figures:
-    `make bench` (the "mt, SDPA attention" column of docs/benchmarks.md, from
-    scripts/bench_train_speed.py, which checks this rule on any machine)."""
+    SDPA is faster. On GPUs SDPA has fused flash kernels for every precision.
+    scripts/bench_train_speed.py measures this rule on any machine."""
     return device_type == "cpu" and dtype in (torch.bfloat16, torch.float16)
 
 
