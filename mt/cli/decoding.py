@@ -220,11 +220,16 @@ def _print_translations(
     prefixes = None if prefix is None else [prefix] * len(batch)
     terms = terms_of(batch, constraints, glossary)
     found = translate_texts_nbest(translator, batch, None, split, len(batch) > 100, prefixes, terms)
-    for i, short in enumerate(found.short, start=1):
+    for i, (short, placed) in enumerate(zip(found.short, found.placed), start=1):
         if short:
             say(
                 f"warning: line {i}: its translation is much shorter than the source predicts "
                 "(text may be lost), even translated in smaller pieces"
+            )
+        if placed:
+            say(
+                f"warning: line {i}: {placed} span(s) (numbers, URLs, placeholders) the model "
+                "did not carry over exactly: put back where their neighbours are"
             )
     for i, hyps in enumerate(found.nbest):
         if translator.config.decode.nbest == 1:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from ..config import DecodeConfig
 from ..data.spans import MARKER, placeholder, spans
-from ..messages import say
 
 
 @dataclass(frozen=True)
@@ -107,8 +106,9 @@ def carried_over(
     """Each source's n-best (`found`, of the `protected` texts) with its spans put back, and
     how many of them the model did not carry over exactly: the best that lost a placeholder
     decoded again by `force` (the indices of the sources, `decode`, the placeholders each
-    must hold; None: the engine cannot force), then each restored (said where any was put
-    back by its neighbours)."""
+    must hold; None: the engine cannot force), then each restored. The counts are said by
+    whoever a person reads: mt translate's warning, /translate's `placed`, a validation's
+    record."""
     lost = [i for i, p in enumerate(protected) if p.lost(found[i][0][0])]
     if lost and force is not None:
         forced = [[placeholder(k) for k in protected[i].lost(found[i][0][0])] for i in lost]
@@ -119,10 +119,4 @@ def carried_over(
         restored = [(*p.restore(text), score) for text, score in hyps]
         nbest.append([(text, score) for text, _, score in restored])
         placed.append(restored[0][1])
-    if any(placed):
-        say(
-            f"warning: {sum(placed)} span(s) (numbers, URLs, placeholders) the model did not "
-            f"carry over exactly, in {sum(map(bool, placed))} text(s): put back where their "
-            "neighbours are"
-        )
     return nbest, placed

@@ -3,9 +3,10 @@ metadata, the CTranslate2 export's manifest, the transformers export's config), 
 model copied anywhere decodes as in its run folder:
 
 - the length it carries (`carried`, source tokens): the longest of data.max_length, half of
-  it, a quarter, ... at which validation sentences joined into lines of that many tokens
-  translate within CARRIED_BLEU of the same sentences one by one, else the nearest
-  (`measure_carried`, at each validation). A source longer is cut into pieces
+  it, a quarter, ... (never under the longest validation sentence) at which validation
+  sentences joined into lines of that many tokens translate within CARRIED_BLEU of the same
+  sentences one by one, else the nearest (`measure_carried`, at each validation, of the
+  model as it is then). A source longer is cut into pieces
   (mt.decoding.pieces). A model never measured carries data.max_length, the longest example
   it was trained on.
 - its length ratio (`ratio`): target tokens per source token of its training split, the
@@ -77,15 +78,17 @@ def measure_carried(
 ) -> int:
     """The length carried (see the module's doc): `sources` of `lengths` tokens, their
     `references` and their translations one by one, whole (`singles`), joined into lines of
-    at most `longest` tokens, then half as many, ...: the first length whose lines `translate`
-    (texts, the longest piece: a longer sentence is cut) gives within CARRIED_BLEU of the
-    singles joined alike; where none is, the one that comes nearest. Too long a length loses
-    the joined lines, too short a one cuts the sentences; a length that joins no two
-    sentences and cuts none is the singles themselves."""
+    at most `longest` tokens, then half as many, ... down to the longest source: the first
+    length whose lines `translate` (texts, the longest piece: a longer sentence is cut) gives
+    within CARRIED_BLEU of the singles joined alike; where none is, the one that comes
+    nearest. Too long a length loses the joined lines; none is shorter than the sentences
+    the model is validated on, which it was trained on as they are (the singles themselves
+    at the length that joins none of them)."""
+    shortest = min(max(lengths, default=1), longest)
     limit, best, best_bleu = longest, longest, -math.inf
-    while limit > 1:
+    while True:
         lines = _lines(lengths, limit)
-        if all(end - start == 1 for start, end in lines) and max(lengths, default=0) <= limit:
+        if all(end - start == 1 for start, end in lines):
             return limit
         joined = [
             [" ".join(side[a:b]) for a, b in lines] for side in (sources, references, singles)
@@ -95,8 +98,9 @@ def measure_carried(
             return limit
         if found > best_bleu:
             best, best_bleu = limit, found
-        limit //= 2
-    return best
+        if limit == shortest:
+            return best
+        limit = max(limit // 2, shortest)
 
 
 def _lines(lengths: Sequence[int], limit: int) -> list[tuple[int, int]]:

@@ -26,11 +26,12 @@ from .loss import smoothed_loss
 def validation_record(
     model: Transformer, data: Prepared, config: Config, device: torch.device, trained: Trained
 ) -> tuple[dict[str, Any], list[str]]:
-    """The record of a validation (loss, nll, ppl, bleu, sentences, and the length the model
-    carries, `carried`) and up to `train.eval_examples` examples (source, reference,
-    hypothesis) to show. The BLEU is of a fixed subset translated greedily as mt translate
-    does (mt.decoding.engine), in pieces of `trained.carried` tokens; the length carried is
-    measured on the same subset (mt.decoding.trained)."""
+    """The record of a validation (loss, nll, ppl, bleu, sentences, the length the model
+    carries, `carried`, and the spans it did not carry over, `placed`) and up to
+    `train.eval_examples` examples (source, reference, hypothesis) to show. The BLEU is of a
+    fixed subset translated greedily as mt translate does (mt.decoding.engine), in pieces of
+    `trained.carried` tokens; the length carried is measured on the same subset
+    (mt.decoding.trained)."""
     from ..decoding.evaluate import bleu_chrf
 
     t, valid = config.train, data.splits["valid"]
@@ -44,14 +45,16 @@ def validation_record(
     greedy = dataclasses.replace(config.decode, beam=1, nbest=1, sampling=False)  # quick
     translator = in_memory(model, data, config, device, trained)
     targets = [valid.targets[i] for i in subset] if valid.targets else [""] * len(subset)
-    hypotheses, carried = [""] * len(subset), trained.carried
     longest = min(config.data.max_length, max_sentence_tokens(model.cfg))
+    hypotheses, carried, placed = [""] * len(subset), longest, 0
     for target in dict.fromkeys(targets):  # a model of both directions: each apart
         decode = dataclasses.replace(greedy, target_language=target or greedy.target_language)
         picked = [k for k, to in enumerate(targets) if to == target]
-        found = translator.translate(
+        translations = translator.translate_nbest(
             [sources[k] for k in picked], carried_pieces(decode, trained.carried)
         )
+        found = [hyps[0][0] for hyps in translations.nbest]
+        placed += sum(translations.placed)
         for k, hypothesis in zip(picked, found):
             hypotheses[k] = hypothesis
         carried = min(
@@ -76,6 +79,7 @@ def validation_record(
         "bleu": bleu_chrf(hypotheses, references)["bleu"],
         "sentences": len(subset),
         "carried": carried,
+        "placed": placed,  # spans the model did not carry over, put back by their neighbours
     }
     examples = [
         f"  src: {sources[i]}\n  ref: {references[i]}\n  hyp: {hypotheses[i]}"

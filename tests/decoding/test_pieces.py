@@ -118,11 +118,16 @@ def test_the_length_carried_is_the_longest_whose_joined_lines_score_as_one_by_on
     # lines of one sentence, none cut: the singles themselves
     assert measure_carried(model_of(0), sources, references, singles, [3] * 8, 3, bleu) == 3
 
-    def peaked(lines, limit):  # half the lines right at 16 tokens, none at any other length
+    def peaked(lines, limit):  # half the lines right at 32 tokens, none at any other length
+        asked.append(limit)
         return [
-            x.replace("s", "r") if limit == 16 and k % 2 == 0 else "?" for k, x in enumerate(lines)
+            x.replace("s", "r") if limit == 32 and k % 2 == 0 else "?" for k, x in enumerate(lines)
         ]
 
-    uneven = [3] * 7 + [20]  # the last is cut at any length under 20
-    assert measure_carried(peaked, sources, references, singles, uneven, 64, bleu) == 16
+    # none within reach: the nearest; and no length under the longest sentence (20), which
+    # the model was trained on whole
+    uneven = [3] * 7 + [20]
+    asked.clear()
+    assert measure_carried(peaked, sources, references, singles, uneven, 64, bleu) == 32
+    assert asked == [64, 32, 20]
     assert CARRIED_BLEU == 2.0

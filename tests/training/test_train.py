@@ -391,3 +391,22 @@ def test_generator_states_saved_by_the_ranks_restore_the_same_draws():
     drawn = torch.rand(5)
     ranks.restore_rng(saved)
     assert torch.equal(torch.rand(5), drawn)
+
+
+def test_each_validation_measures_the_length_carried_afresh(corpus_file, tmp_path):
+    """What an earlier validation measured (the model as it was then) bounds nothing."""
+    from mt.data.prepare import prepare
+    from mt.decoding.trained import Trained
+    from mt.training.validation import validation_record
+
+    config = tiny_config(corpus_file, tmp_path / "run", "train.max_steps=2", "train.eval_every=2")
+    train(config)
+    data = prepare(config, write=False)
+    model = checkpoint.load(tmp_path / "run" / "checkpoints" / "last").model
+    cpu = torch.device("cpu")
+    found = [
+        validation_record(model, data, config, cpu, Trained(before, 1.0))[0]
+        for before in (2, config.data.max_length)
+    ]
+    assert found[0]["carried"] == found[1]["carried"]
+    assert found[0]["placed"] == found[1]["placed"] == 0  # the tiny corpus has no spans
