@@ -198,6 +198,10 @@ class TrainConfig:
     join: float = 0.0
     join_most: int = 4
     join_clauses: float = 0.5
+    # this share of the examples joined as clauses with a comma or semicolon is given as one
+    # of its pieces, as a sentence too long for the model is cut (mt.decoding.pieces): a
+    # clause that ends in the junction's comma, one that starts with its conjunction, or both
+    join_pieces: float = 0.0
     # the share of the pairs whose two sides hold the same span (a number, URL, e-mail address,
     # {{template}}, %d, `code`, or a name) in which each such span becomes a placeholder
     # (tokenizer.placeholders); 0: none

@@ -53,6 +53,7 @@ class Settings:
     clauses: float
     placeholders: float
     longest: int  # tokens a side at most (data.max_length)
+    pieces: float = 0.0  # of the examples with a clause to cut after (train.join_pieces)
 
     @classmethod
     def of(cls, config: Config) -> Settings | None:
@@ -61,7 +62,9 @@ class Settings:
         masking = t.placeholders if config.tokenizer.placeholders else 0.0
         if not (t.join or masking):
             return None
-        return cls(t.join, t.join_most, t.join_clauses, masking, config.data.max_length)
+        return cls(
+            t.join, t.join_most, t.join_clauses, masking, config.data.max_length, t.join_pieces
+        )
 
 
 class Side:
@@ -72,7 +75,7 @@ class Side:
 
     def __init__(self, tokenizer: Tokenizer, counts: np.ndarray, index: int) -> None:
         self.tokenizer, self.index = tokenizer, index  # 0: the source side, 1: the target
-        self.said: dict[tuple[Join | None, bytes], np.ndarray] = {}
+        self.said: dict[tuple[Join | None, bytes, bool], tuple[np.ndarray, int]] = {}
         self.encoder = tok.PieceEncoder(tokenizer)
         self.names: dict[str, bool] = {}
         size = max(tokenizer.get_vocab_size(), len(counts))
@@ -122,29 +125,49 @@ class Side:
         return np.where(lengths > 0, np.minimum(firsts, lengths), 0)
 
     def heads(
-        self, flat: np.ndarray, begin: np.ndarray, cut: np.ndarray, joins: list[Join | None]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The ids of each junction's head (one after another) and their lengths: the
-        junction (a space, or `joins`' as this side says it) and the first chunk of the
-        sentence after it (flat[begin:begin + cut]), lowered after a clause; remembered, as
-        first words and junctions repeat."""
-        keys = [(j, flat[b : b + c].tobytes()) for b, c, j in zip(begin, cut, joins)]
+        self,
+        flat: np.ndarray,
+        begin: np.ndarray,
+        cut: np.ndarray,
+        joins: list[Join | None],
+        starting: Sequence[bool] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ids of each junction's head (one after another), their lengths, and how many
+        of a head's first tokens are the punctuation a long sentence is cut after (0: none):
+        the junction (a space, or `joins`' as this side says it) and the first chunk of the
+        sentence after it (flat[begin:begin + cut]), lowered after a clause; where `starting`
+        says, as it starts a piece of the cut sentence (Join.cut). Remembered, as first
+        words and junctions repeat."""
+        starting = starting if starting is not None else [False] * len(joins)
+        keys = [
+            (j, flat[b : b + c].tobytes(), s) for b, c, j, s in zip(begin, cut, joins, starting)
+        ]
         new = [key for key in dict.fromkeys(keys) if key not in self.said]
         if len(self.said) + len(new) > self.MEMO:
             self.said.clear()
             new = list(dict.fromkeys(keys))
         if new:
-            chunks = tok.detokenize(self.tokenizer, [np.frombuffer(c, flat.dtype) for _, c in new])
-            clauses = [j for j, _ in new]
+            chunks = tok.detokenize(
+                self.tokenizer, [np.frombuffer(c, flat.dtype) for _, c, _ in new]
+            )
+            clauses = [j for j, _, _ in new]
             words = self.lowered(chunks, np.array([j is not None for j in clauses], bool))
+            cuts = [j.cut(self.index, w) if j else ("", "") for j, w in zip(clauses, words)]
             texts = [
-                f"{j.said(self.index, w)} {w}" if j else " " + c
-                for c, w, j in zip(chunks, words, clauses)
+                (f"{after} {w}".strip() if start else f"{j.said(self.index, w)} {w}")
+                if j
+                else " " + c
+                for c, w, j, (_, after), (_, _, start) in zip(chunks, words, clauses, cuts, new)
             ]
-            self.said.update(zip(new, self.encoded(texts)))
-        rows = [self.said[key] for key in keys]
+            rows = self.encoded(texts)
+            marks = self.encoded([mark for mark, _ in cuts])
+            for key, row, mark in zip(new, rows, marks):
+                cuttable = len(mark) and np.array_equal(row[: len(mark)], mark)
+                self.said[key] = (row, len(mark) if cuttable and not key[2] else 0)
+        rows, marks = zip(*(self.said[key] for key in keys)) if keys else ((), ())
         lengths = np.fromiter(map(len, rows), np.int64, len(rows))
-        return (np.concatenate(rows) if rows else np.zeros(0, np.int64)), lengths
+        ids = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        return ids, lengths, np.fromiter(marks, np.int64, len(marks))
 
     def lowered(self, chunks: Sequence[str], where: np.ndarray) -> list[str]:
         """Sentences' first words as said mid-sentence (those `where` marks): lowercased
@@ -365,24 +388,56 @@ class ExampleMaker:
             )
         ]
         clause = np.array([j is not None for j in joins], bool)
+        heads = [
+            side.heads(pairs.flat(k), begin[k], cut[k], joins) for k, side in enumerate(self.sides)
+        ]
+        ends, starts = self._pieces(sizes, np.minimum(heads[0][2], heads[1][2]), rng)
+        # segments: each pair after its junction's head, less the first chunk the head says
+        # again, and less its full stop where a clause follows
+        at = np.arange(len(members)) + np.cumsum(~first)  # each pair's segment
+        head_at = at[~first] - 1  # each junction's
+        example_of = np.repeat(np.arange(len(examples)), sizes + sizes - 1)
+        count = len(members) + len(after)
+        # a piece keeps its example's segments from the head it starts at to the one it ends at
+        last = np.cumsum(sizes + sizes - 1) - 1
+        lowest, highest = last - (sizes + sizes - 2), last.copy()
+        junction_example = example_of[head_at]
+        lowest[junction_example[starts]] = head_at[starts]
+        highest[junction_example[ends]] = head_at[ends]
+        kept = np.arange(count)
+        kept = (kept >= lowest[example_of]) & (kept <= highest[example_of])
         out = []
         for k, side in enumerate(self.sides):
-            ids, lengths = side.heads(pairs.flat(k), begin[k], cut[k], joins)
-            heads = pairs.add(k, ids, lengths)
-            flat = pairs.flat(k)
-            # segments: each pair after its junction's head, less the first chunk the head
-            # says again, and less its full stop where a clause follows
+            ids, lengths, marks = heads[k]
+            head_start = pairs.add(k, ids, lengths)
             start = pairs.start[k][members].copy()
             start[~first] = begin[k] + cut[k]
             end = pairs.end[k][members].copy()
             end[np.flatnonzero(~first) - 1] -= clause
-            seg_start = np.empty(len(members) + len(after), np.int64)
+            seg_start = np.empty(count, np.int64)
             seg_end = np.empty_like(seg_start)
-            at = np.arange(len(members)) + np.cumsum(~first)  # each pair's segment
             seg_start[at], seg_end[at] = start, end
-            seg_start[at[~first] - 1], seg_end[at[~first] - 1] = heads, heads + lengths
+            seg_start[head_at], seg_end[head_at] = head_start, head_start + lengths
+            seg_end[head_at[ends]] = head_start[ends] + marks[ends]  # the comma that ends it
+            if len(starts):  # its head as the piece starts, after the tags its source has
+                rows = self._starting(k, pairs, members, sizes, junction_example[starts])
+                said, said_lengths, _ = side.heads(
+                    pairs.flat(k),
+                    begin[k][starts],
+                    cut[k][starts],
+                    [joins[j] for j in starts],
+                    [True] * len(starts),
+                )
+                rows = [
+                    np.concatenate((lead, row))
+                    for lead, row in zip(rows, np.split(said, np.cumsum(said_lengths)[:-1]))
+                ]
+                row_lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+                seg_start[head_at[starts]] = pairs.add(k, np.concatenate(rows), row_lengths)
+                seg_end[head_at[starts]] = seg_start[head_at[starts]] + row_lengths
+            seg_end[~kept] = seg_start[~kept]
+            flat = pairs.flat(k)
             seg_lengths = seg_end - seg_start
-            example_of = np.repeat(np.arange(len(examples)), sizes + sizes - 1)
             tokens = np.bincount(example_of, seg_lengths, len(examples)).astype(np.int64)
             out.append(
                 Sentences(
@@ -391,6 +446,37 @@ class ExampleMaker:
                 )
             )
         return Split(*out)
+
+    def _pieces(
+        self, sizes: np.ndarray, marks: np.ndarray, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The examples given as one of their pieces (train.join_pieces of those with a
+        junction to cut after, `marks` > 0): the junctions whose head ends a piece, and those
+        whose head starts one, each at most one an example, in order."""
+        share = self.settings.pieces
+        none = np.zeros(0, np.int64)
+        cuttable = np.flatnonzero(marks > 0)
+        if not share or not len(cuttable):
+            return none, none
+        example = np.repeat(np.arange(len(sizes)), sizes - 1)[cuttable]
+        candidates = np.unique(example)
+        chosen = candidates[rng.random(len(candidates)) < share]
+        low = np.searchsorted(example, chosen, "left")
+        high = np.searchsorted(example, chosen, "right")
+        piece = rng.integers(0, high - low + 1)  # which of the example's pieces
+        ends = cuttable[(low + piece)[piece < high - low]]
+        starts = cuttable[(low + piece - 1)[piece > 0]]
+        return ends, starts
+
+    def _starting(
+        self, side: int, pairs: Pairs, members: np.ndarray, sizes: np.ndarray, examples: np.ndarray
+    ) -> list[np.ndarray]:
+        """What leads a piece that starts mid-example: on the source side the tags of its
+        example's first pair (its corpus, its direction), else nothing."""
+        firsts = members[(np.cumsum(sizes) - sizes)[examples]]
+        if side:
+            return [np.zeros(0, np.int32)] * len(firsts)
+        return [pairs.ids(i, 0)[: pairs.lead[i]] for i in firsts]
 
 
 def _spans(text: str, side: Side) -> list[tuple[int, int]]:

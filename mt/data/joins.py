@@ -41,6 +41,15 @@ class Join:
     words: tuple[str, str]
     languages: tuple[str, str]
 
+    def cut(self, side: int, word: str) -> tuple[str, str]:
+        """The junction before `word` as a long sentence is cut in it (mt.decoding.pieces):
+        the punctuation that ends the clause before, and what starts the piece after, its
+        space off; ("", the junction) where it has no comma or semicolon to cut after."""
+        junction = self.said(side, word)
+        if junction[:1] not in (",", ";"):
+            return "", junction
+        return junction[0], junction[1:].strip()
+
     def said(self, side: int, word: str) -> str:
         """The junction on `side`, before `word`: Spanish "y" and "o" as that word asks."""
         junction = self.words[side]

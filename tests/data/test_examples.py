@@ -125,6 +125,44 @@ def test_two_pairs_join_as_one_clause_said_alike_on_both_sides_after_a_full_stop
     assert clauses > 100
 
 
+def test_a_clause_joined_example_given_as_a_piece_is_cut_as_a_long_sentence_is(corpus):
+    """train.join_pieces: an example of two pairs joined as clauses is given, where its
+    junction has a comma or semicolon, as the clause before it with that mark, or the clause
+    after it starting with the junction's words; each side as the other, and each piece as
+    mt.decoding.pieces cuts the joined sentence (the same ids)."""
+    from mt.decoding.pieces import source_pieces
+
+    src, tgt, examples = made(
+        corpus, join=1.0, join_most=2, join_clauses=1.0, join_pieces=1.0, placeholders=0.0
+    )
+    joins = clause_joins("en", "es")
+    english = corpus[1][0]
+    ends, starts = 0, 0
+    for n, (s, t) in enumerate(zip(src, tgt)):
+        for a in SENTENCES:
+            for j in joins:
+                mark, _ = j.cut(0, "x")
+                if mark and s == a[0][:-1] + mark:  # the clause before, its mark kept
+                    assert t == a[1][:-1] + j.cut(1, "x")[0], (s, t)
+                    ends += 1
+        for b in SENTENCES:
+            for j in joins:
+                after = (j.cut(0, inside(b[0]))[1] + " " + inside(b[0])).strip()
+                if j.cut(0, "x")[0] and s == after:  # the clause after, its junction first
+                    spanish = inside(b[1])
+                    assert t == (j.cut(1, spanish)[1] + " " + spanish).strip(), (s, t)
+                    starts += 1
+                    if "," not in b[0]:  # cut where the junction is, as training did
+                        before = "The dog ran to Tom and I saw Mary in Boston"
+                        whole = f"{before}{j.words[0]} {inside(b[0])}"
+                        limit = len(tok.encode(english, [whole])[0]) - 1
+                        cut = source_pieces(english, [whole], limit)
+                        assert list(examples.src[n]) in cut.ids, (whole, s)
+    assert ends > 20 and starts > 20
+    # whole joined clauses still come: those whose junction has no comma to cut after
+    assert any(re.search(r"\w (and|but|because) \w", x) for x in src)
+
+
 def test_spanish_says_y_as_e_and_o_as_u_before_their_sounds():
     assert [spanish_conjunction("y", w) for w in ("Iglesias", "hijos", "hielo", "casa")] == [
         "e",
