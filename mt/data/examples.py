@@ -404,8 +404,8 @@ class ExampleMaker:
         junction_example = example_of[head_at]
         lowest[junction_example[starts]] = head_at[starts]
         highest[junction_example[ends]] = head_at[ends]
-        kept = np.arange(count)
-        kept = (kept >= lowest[example_of]) & (kept <= highest[example_of])
+        segment = np.arange(count)
+        kept = (segment >= lowest[example_of]) & (segment <= highest[example_of])
         out = []
         for k, side in enumerate(self.sides):
             ids, lengths, marks = heads[k]
@@ -420,7 +420,7 @@ class ExampleMaker:
             seg_start[head_at], seg_end[head_at] = head_start, head_start + lengths
             seg_end[head_at[ends]] = head_start[ends] + marks[ends]  # the comma that ends it
             if len(starts):  # its head as the piece starts, after the tags its source has
-                rows = self._starting(k, pairs, members, sizes, junction_example[starts])
+                leads = self._starting(k, pairs, members, sizes, junction_example[starts])
                 said, said_lengths, _ = side.heads(
                     pairs.flat(k),
                     begin[k][starts],
@@ -430,7 +430,7 @@ class ExampleMaker:
                 )
                 rows = [
                     np.concatenate((lead, row))
-                    for lead, row in zip(rows, np.split(said, np.cumsum(said_lengths)[:-1]))
+                    for lead, row in zip(leads, np.split(said, np.cumsum(said_lengths)[:-1]))
                 ]
                 row_lengths = np.fromiter(map(len, rows), np.int64, len(rows))
                 seg_start[head_at[starts]] = pairs.add(k, np.concatenate(rows), row_lengths)
