@@ -12,9 +12,9 @@ is taught the text it will be given, not short single sentences only:
   "but it's late." / "pero es tarde.".
 - **Placeholders** (train.placeholders, with tokenizer.placeholders reserved): in that share
   of the pairs whose two sides hold the same span (a number, a URL, ... mt.data.spans, or a
-  name: mt.data.sides), each such span is replaced on both sides by one placeholder token, numbered at
-  random among those reserved, so that the model learns to carry any of them over where its
-  source has it.
+  name: mt.data.sides), each such span is replaced on both sides by one placeholder token,
+  numbered at random among those reserved, so that the model learns to carry any of them
+  over where its source has it.
 
 Examples are made a maxi-batch at a time (mt.data.batches) from its pairs and a generator
 seeded by the run's seed, the epoch and the maxi-batch, so a resumed run makes the same ones.

@@ -2,11 +2,11 @@
 metadata, the CTranslate2 export's manifest, the transformers export's config), so that a
 model copied anywhere decodes as in its run folder:
 
-- the length it carries (`carried`, source tokens): the longest of data.max_length, half of
-  it, a quarter, ... (never under the longest validation sentence) at which validation
-  sentences joined into lines of that many tokens translate within CARRIED_BLEU of the same
-  sentences one by one, else the nearest (`measure_carried`, at each validation, of the
-  model as it is then). A source longer is cut into pieces
+- the length it carries (`carried`, source tokens): from the longest validation sentence
+  up, doubling to data.max_length, the longest at which validation sentences joined into
+  lines of that many tokens (and of every shorter length tried) translate within
+  CARRIED_BLEU of the same sentences one by one (`measure_carried`, at each validation, of
+  the model as it is then). A source longer is cut into pieces
   (mt.decoding.pieces). A model never measured carries data.max_length, the longest example
   it was trained on.
 - its length ratio (`ratio`): target tokens per source token of its training split, the
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -78,29 +77,25 @@ def measure_carried(
 ) -> int:
     """The length carried (see the module's doc): `sources` of `lengths` tokens, their
     `references` and their translations one by one, whole (`singles`), joined into lines of
-    at most `longest` tokens, then half as many, ... down to the longest source: the first
-    length whose lines `translate` (texts, the longest piece: a longer sentence is cut) gives
-    within CARRIED_BLEU of the singles joined alike; where none is, the one that comes
-    nearest. Too long a length loses the joined lines; none is shorter than the sentences
-    the model is validated on, which it was trained on as they are (the singles themselves
-    at the length that joins none of them)."""
-    shortest = min(max(lengths, default=1), longest)
-    limit, best, best_bleu = longest, longest, -math.inf
+    at most the longest source's length, then twice as many, ... up to `longest`: the
+    longest length up to which every line length `translate` (texts, the longest piece: a
+    longer sentence is cut) gives within CARRIED_BLEU of the singles joined alike. None is
+    shorter than the sentences the model is validated on, which it was trained on as they
+    are; a weak model is tried at that length alone."""
+    carried = limit = min(max(lengths, default=1), longest)
     while True:
         lines = _lines(lengths, limit)
-        if all(end - start == 1 for start, end in lines):
-            return limit
-        joined = [
-            [" ".join(side[a:b]) for a, b in lines] for side in (sources, references, singles)
-        ]
-        found = bleu(translate(joined[0], limit), joined[1])
-        if found >= bleu(joined[2], joined[1]) - CARRIED_BLEU:
-            return limit
-        if found > best_bleu:
-            best, best_bleu = limit, found
-        if limit == shortest:
-            return best
-        limit = max(limit // 2, shortest)
+        if any(end - start > 1 for start, end in lines):  # else the singles themselves
+            joined = [
+                [" ".join(side[a:b]) for a, b in lines] for side in (sources, references, singles)
+            ]
+            found = bleu(translate(joined[0], limit), joined[1])
+            if found < bleu(joined[2], joined[1]) - CARRIED_BLEU:
+                return carried
+        carried = limit
+        if limit >= longest:
+            return carried
+        limit = min(2 * limit, longest)
 
 
 def _lines(lengths: Sequence[int], limit: int) -> list[tuple[int, int]]:

@@ -109,25 +109,31 @@ def test_the_length_carried_is_the_longest_whose_joined_lines_score_as_one_by_on
         return translate
 
     singles = references  # one by one: all right
-    lengths = [3] * 8  # 4 tokens a sentence with its junction
+    lengths = [3] * 8  # k sentences a line: 4k - 1 tokens
+    # from the longest sentence (3) up, doubling: lines of one sentence are not asked for
     assert measure_carried(model_of(64), sources, references, singles, lengths, 64, bleu) == 64
-    assert asked == [64]
+    assert asked == [12, 24, 48, 64]
     asked.clear()
-    assert measure_carried(model_of(8), sources, references, singles, lengths, 64, bleu) == 8
-    assert asked == [64, 32, 16, 8]
+    # lines of 3 sentences (12 tokens) lost: the length before, 6
+    assert measure_carried(model_of(8), sources, references, singles, lengths, 64, bleu) == 6
+    assert asked == [12]
     # lines of one sentence, none cut: the singles themselves
     assert measure_carried(model_of(0), sources, references, singles, [3] * 8, 3, bleu) == 3
 
-    def peaked(lines, limit):  # half the lines right at 32 tokens, none at any other length
-        asked.append(limit)
-        return [
-            x.replace("s", "r") if limit == 32 and k % 2 == 0 else "?" for k, x in enumerate(lines)
-        ]
+    def up_to(carries):  # every line right at lengths up to `carries`, none past it
+        def translate(lines, limit):
+            asked.append(limit)
+            return [x.replace("s", "r") if limit <= carries else "?" for x in lines]
 
-    # none within reach: the nearest; and no length under the longest sentence (20), which
-    # the model was trained on whole
+        return translate
+
+    # never under the longest sentence (20), which the model was trained on whole: a model
+    # that carries nothing joined is tried there alone
     uneven = [3] * 7 + [20]
     asked.clear()
-    assert measure_carried(peaked, sources, references, singles, uneven, 64, bleu) == 32
-    assert asked == [64, 32, 20]
+    assert measure_carried(up_to(0), sources, references, singles, uneven, 64, bleu) == 20
+    assert asked == [20]
+    asked.clear()
+    assert measure_carried(up_to(40), sources, references, singles, uneven, 64, bleu) == 40
+    assert asked == [20, 40, 64]
     assert CARRIED_BLEU == 2.0
