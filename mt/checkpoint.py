@@ -4,6 +4,8 @@ Layout of `<run.dir>/checkpoints/`:
 
     step-00001000/model.safetensors   weights; metadata holds the config and the tokenizers
     step-00001000/trainer.pt          optimiser, scaler, step, epoch, position, RNG, best score
+                                      (train.ema: the weights trained; the model's are their
+                                      moving average)
     last -> step-00001000             symbolic links, swapped atomically
     best -> step-00000800
 

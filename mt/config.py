@@ -141,6 +141,10 @@ class TrainConfig:
     label_smoothing: float = 0.1
     clip_norm: float = 0.0  # clip the gradient norm to this; 0 disables
     weight_decay: float = 0.0  # decoupled (AdamW) weight decay; 0 is the paper's Adam
+    # decay of an exponential moving average of the weights, updated after each update
+    # (mt/training/ema.py): validation and every checkpoint take the average as the model's
+    # weights, training goes on from its own; 0: none, the weights themselves
+    ema: float = 0.0
     max_steps: int = resumable(0)  # optimiser updates; 0: no step limit (the budget decides)
     max_epochs: int = resumable(0)  # 0 means no limit
     # wall-clock budget of training, validation and saves across every resume; 0: no limit

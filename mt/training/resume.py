@@ -4,9 +4,11 @@ of resuming from one.
 A step folder holds the weights (`model.safetensors`, whose metadata also says what data and
 tokenizers they were trained on) and `trainer.pt`: the optimiser's and the gradient scaler's
 states and the `TrainState` (step, batch position, schedule horizon, best BLEU and patience,
-health vitals, every rank's generator states). `checkpoint.py` is the format on disk, which
-decoding reads too; this module is the trainer's side of it, the one that knows the
-optimiser, the ranks and the state, none of which a translator needs.
+health vitals, every rank's generator states). With `train.ema`, the weights of
+`model.safetensors` are their moving average (`ema.Ema`), the model every reader of a
+checkpoint takes, and `trainer.pt` also holds the weights training goes on from. `checkpoint.py`
+is the format on disk, which decoding reads too; this module is the trainer's side of it, the
+one that knows the optimiser, the ranks and the state, none of which a translator needs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..files import remove
 from ..messages import say
 from ..run_folder import BEST, LAST, WEIGHTS, checkpoints_dir, step_dir
 from . import metrics
+from .ema import Ema
 from .ranks import Ranks
 from .state import TrainState
 from .update import Optimiser
@@ -63,12 +66,18 @@ class Checkpoints:
             check_resumable(self.config, path)
         return path
 
-    def restore(self, path: Path, model: torch.nn.Module, optimiser: Optimiser) -> TrainState:
+    def restore(
+        self, path: Path, model: torch.nn.Module, optimiser: Optimiser, ema: Ema | None
+    ) -> TrainState:
         """The state saved at `path`, its weights and optimiser loaded into `model` and
-        `optimiser`, this rank's generators set as they were; an error when they do not fit."""
+        `optimiser` (and its average into `ema`), this rank's generators set as they were; an
+        error when they do not fit."""
         weights, _ = checkpoint.load_weights(path / WEIGHTS)
         saved = checkpoint.load_trainer_state(path)
         try:
+            if ema is not None:  # the average was saved as the model, the weights beside
+                ema.model.load_state_dict(weights)
+                weights = saved["weights"]
             model.load_state_dict(weights)
             optimiser.load_state_dict(saved)
             state = TrainState.from_dict(saved["state"])
@@ -99,9 +108,11 @@ class Checkpoints:
         state: TrainState,
         tokenizers: tuple[Tokenizer, Tokenizer],
         extra: Callable[[], dict[str, Any]],
+        ema: Ema | None,
     ) -> Path:
         """Save `step-N`, point `last` at it, prune old ones; `extra()`: more metadata for
-        the weights, asked of rank 0 alone. The other ranks wait until `last` is written."""
+        the weights, asked of rank 0 alone; `ema`: the average saved as the model, `model`'s
+        weights kept in the trainer state. The other ranks wait until `last` is written."""
         path = step_dir(self.dir, state.step)
         if self.saved_step == state.step:
             return path
@@ -112,6 +123,8 @@ class Checkpoints:
             return path
         state.rng, state.world_size = rng, self.ranks.world
         trainer_state = {**optimiser.state_dict(), "state": dataclasses.asdict(state)}
+        if ema is not None:  # decoding reads the average; training goes on from the weights
+            trainer_state["weights"], model = model.state_dict(), ema.model
         path = checkpoint.save(
             self.dir, state.step, model, trainer_state, self.config, tokenizers, extra()
         )

@@ -3,7 +3,8 @@
 A run can be stopped at any moment (Ctrl-C, SIGTERM, a wall-clock budget) and resumed with
 the same command; on CPU the resumed run ends with the same weights as one never stopped.
 The same code runs under `torchrun` with DistributedDataParallel: every rank trains on its
-own share of each epoch's batches, only rank 0 writes files.
+own share of each epoch's batches, only rank 0 writes files. With `train.ema`, validation and
+checkpoints take a moving average of the weights (`ema.Ema`), training goes on from its own.
 
 Around the loop: `batches.Batches` (what each update trains on), `update.Updater` (one
 optimiser update), `ranks.Ranks` (what the processes agree on), `budget.Horizon` (when a
@@ -34,6 +35,7 @@ from ..messages import say
 from ..model import Transformer
 from . import finetune, health, metrics
 from .budget import time_fitted
+from .ema import Ema
 from .health import Checks
 from .metrics import Progress
 from .ranks import Agreement, Ranks, StopSignal
@@ -105,13 +107,14 @@ class Trainer:
             joint=config.tokenizer.joint,
         ).to(self.device)
         finetune.start(self.model, init, config, write=self.main)  # weights of train.init, freeze
+        self.ema = Ema(self.model, t.ema) if t.ema else None  # every rank: the same average
         self.optimiser = Optimiser(self.model, t, self.device)
         self.state = TrainState()
         targets = self.data.splits["train"].tgt
         eos = config.model.eos_id
         self.unigram = health.unigram_entropy(targets, eos) if t.health_checks else 0.0
         if resume is not None:
-            self.state = self.checkpoints.restore(resume, self.model, self.optimiser)
+            self.state = self.checkpoints.restore(resume, self.model, self.optimiser, self.ema)
         elif self.main:  # a run started over: metrics of an earlier attempt are not its own
             metrics.forget_after(self.run_dir, 0)
         if grown := self.state.horizon.start(t, self.state.step, self.state.elapsed):
@@ -225,6 +228,8 @@ class Trainer:
             seconds = self.pace.updated()
             if update.counted:
                 state.step += 1
+                if self.ema:
+                    self.ema.update(self.model, state.step)
                 self.checks.counted(update.grad_norm)
                 self.progress.counted(update, seconds)
                 if state.step % t.log_every == 0:
@@ -319,7 +324,7 @@ class Trainer:
         """Validate, log and say how it went (rank 0): BLEU, NLL, NLL with shuffled sources."""
         state = self.state
         record, examples = validation_record(
-            self.model, self.data, self.config, self.device, self.trained
+            self.validated_model, self.data, self.config, self.device, self.trained
         )
         state.carried = record["carried"]
         where = {"step": state.step, "epoch": state.position.epoch}
@@ -339,8 +344,14 @@ class Trainer:
         """Save `step-N` and point `last` at it (`resume.Checkpoints.save`)."""
         tokenizers = self.data.src_tokenizer, self.data.tgt_tokenizer
         return self.checkpoints.save(
-            self.model, self.optimiser, self.state, tokenizers, self._extra
+            self.model, self.optimiser, self.state, tokenizers, self._extra, self.ema
         )
+
+    @property
+    def validated_model(self) -> Transformer:
+        """The model validation decodes and checkpoints save: the moving average of the
+        weights (`train.ema`), else the weights trained."""
+        return self.ema.model if self.ema else self.model
 
     @property
     def trained(self) -> Trained:

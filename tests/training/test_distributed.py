@@ -147,12 +147,14 @@ trainer = Trainer(load_config("tiny.yaml", sys.argv[2:]))
 first = [int(x) for x in trainer.batches._locate(0, 0)[1]]  # epoch 0's first batch
 result = trainer.run()
 out = {"weights": trainer.model.state_dict(), "first": first, "scored": len(scored)}
+out["average"] = trainer.validated_model.state_dict()  # train.ema's
 torch.save(dict(out, reason=result["reason"], step=result["step"]), f"{sys.argv[1]}{rank}.pt")
 """
 
 
 @needs_torchrun
 def test_ranks_train_in_lockstep_and_stop_together_though_their_bleu_differs(corpus_file, tmp_path):
+    """With train.ema: every rank keeps the same average, which rank 0 alone saves."""
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
     sets = _sets(
@@ -161,12 +163,19 @@ def test_ranks_train_in_lockstep_and_stop_together_though_their_bleu_differs(cor
         "train.max_steps=50",
         "train.eval_every=1",
         "train.patience=2",
+        "train.ema=0.5",
     )
     _finish(_one_machine(str(script), str(tmp_path / "rank"), *sets))
     r0, r1 = (torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in range(2))
     assert r0["first"] != r1["first"]  # each rank trains on its own batches
-    for key, value in r0["weights"].items():
-        assert torch.equal(value, r1["weights"][key]), key
+    last = tmp_path / "run" / "checkpoints" / "last"
+    saved = {"average": _weights(tmp_path / "run")}
+    saved["weights"] = checkpoint.load_trainer_state(last)["weights"]
+    for kind in ("weights", "average"):
+        for key, value in r0[kind].items():
+            assert torch.equal(value, r1[kind][key]), key
+            assert torch.equal(value, saved[kind][key]), key
+    assert not all(torch.equal(v, r0["average"][k]) for k, v in r0["weights"].items())
     # 10 (best), 10, 10: patience 2 is out at step 3 on both ranks; rank 1 never decoded
     assert r0["reason"] == r1["reason"] == "no better validation BLEU in 2 validations"
     assert r0["step"] == r1["step"] == 3

@@ -109,7 +109,9 @@ def test_run_folder_has_config_tokenizer_metrics_checkpoints(corpus_file, tmp_pa
 PACKED = ("train.pack=true", "train.pack_length=80", "train.max_tokens=240")
 
 
-@pytest.mark.parametrize("layout", [(), PACKED], ids=["padded", "packed"])
+@pytest.mark.parametrize(
+    "layout", [(), PACKED, ("train.ema=0.9",)], ids=["padded", "packed", "averaged"]
+)
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(corpus_file, tmp_path, layout):
     common = ("train.eval_every=3", "train.save_every=100", "train.log_every=1", *layout)
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -123,6 +125,13 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(corpus_file, tmp_
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+    # train.ema: the weights above are the average; those trained are in the trainer state
+    trained = [
+        checkpoint.load_trainer_state(r / "checkpoints" / "last") for r in (straight, resumed)
+    ]
+    assert ("weights" in trained[0]) == ("train.ema=0.9" in layout)
+    for key, value in trained[0].get("weights", {}).items():
+        assert torch.equal(value, trained[1]["weights"][key]), key
     # the same training curve, minus the stopped run's extra validation at its last step
     drop = ("elapsed_s", "tokens_per_s")
     curves = [
