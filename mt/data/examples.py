@@ -11,12 +11,10 @@ is taught the text it will be given, not short single sentences only:
   sentence too long for the model (mt.decoding.pieces): "I'm tired," / "Estoy cansado,", or
   "but it's late." / "pero es tarde.".
 - **Placeholders** (train.placeholders, with tokenizer.placeholders reserved): in that share
-  of the pairs whose two sides hold the same span (a number, a URL, ...: mt.data.spans),
-  each such span is replaced on both sides by one placeholder token, numbered at random among
-  those reserved, so that the model learns to carry any of them over where its source has it.
-  Names are not: decoding never makes them placeholders, and teaching copies with them (a
-  fifth of Tatoeba's pairs share one) cost the recipe's model 0.16 validation NLL at the
-  538 updates a 2-core machine fits in 20 minutes (docs/benchmarks.md, "Real text").
+  of the pairs whose two sides hold the same span (a number, a URL, ... mt.data.spans, or a
+  name: mt.data.sides), each such span is replaced on both sides by one placeholder token,
+  numbered at random among those reserved, so that the model learns to carry any of them
+  over where its source has it.
 
 Examples are made a maxi-batch at a time (mt.data.batches) from its pairs and a generator
 seeded by the run's seed, the epoch and the maxi-batch, so a resumed run makes the same ones.
@@ -37,7 +35,7 @@ from . import tokenizer as tok
 from .corpus import corpus_tags
 from .directions import lead_tokens
 from .joins import Join, clause_joins
-from .sides import Pairs, Side
+from .sides import WORD, Pairs, Side
 from .spans import masked, spans
 from .store import Sentences, Split
 from .store import spans as spans_of
@@ -150,7 +148,7 @@ class ExampleMaker:
         ]
         found = {}
         for i, src, tgt in zip(chosen.tolist(), *texts):
-            each = [spans(text) for text in (src, tgt)]
+            each = [_spans(text, side) for text, side in zip((src, tgt), self.sides)]
             words = [[text[a:b] for a, b in found] for text, found in zip((src, tgt), each)]
             once = [w for w in words[0] if words[0].count(w) == 1 and words[1].count(w) == 1]
             if once:
@@ -309,3 +307,15 @@ class ExampleMaker:
         if side:
             return [np.zeros(0, np.int32)] * len(firsts)
         return [pairs.ids(i, 0)[: pairs.lead[i]] for i in firsts]
+
+
+def _spans(text: str, side: Side) -> list[tuple[int, int]]:
+    """A side's spans to carry over: those of mt.data.spans and its names, in order, none
+    overlapping ("I" is no name: it is not a word both languages write)."""
+    found = spans(text)
+    taken = np.zeros(len(text) + 1, bool)
+    for a, b in found:
+        taken[a:b] = True
+    words = [w for w in WORD.finditer(text) if not taken[w.start()] and w.group() != "I"]
+    names = [w.span() for w, name in zip(words, side.are_names([w.group() for w in words])) if name]
+    return sorted(found + names)

@@ -1,7 +1,6 @@
 """One side of the token store as training examples (mt.data.examples) need it, and the
-pairs of a maxi-batch held for them: which tokens start a word, which may be of a span, the
-junctions' heads as each side says them (a sentence's first word lowercased after a clause
-unless it is a name), and the buffers that take the new ids.
+pairs of a maxi-batch held for them: which tokens start a word, which may be of a name or a
+span, the junctions' heads as each side says them, and the buffers that take the new ids.
 
 A name is a capitalised word that the corpus's side writes so more often than lowercased
 after a space ("Tom", "Boston"; not "The" or "No"): the counts of its two tokens.
@@ -41,8 +40,9 @@ class Side:
         texts = tok.detokenize(tokenizer, [[i] for i in range(size)])
         self.starts_word = np.array([tok.starts_word(tokenizer, i) for i in range(size)])
         self.stop = tokenizer.token_to_id(".")
-        # a token that may be of a span: worth a look
-        self.notable = np.array([not SPAN_CHARACTERS.isdisjoint(t) for t in texts])
+        name = np.array(self.are_names([t.strip() for t in texts]))
+        spanned = np.array([not SPAN_CHARACTERS.isdisjoint(t) for t in texts])
+        self.notable = name | spanned  # a token of a name or of a span: worth a look
 
     def are_names(self, words: Sequence[str]) -> list[bool]:
         """Whether each word is a name: capitalised, and written so more often than
