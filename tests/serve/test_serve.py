@@ -33,7 +33,7 @@ from helpers.serving import (
 )
 from mt.data import tokenizer as tok
 from mt.decoding.engine import open_translator
-from mt.decoding.pieces import source_pieces
+from mt.decoding.pieces import piece_limit, source_pieces
 from mt.formats import FILE_FORMATS
 from mt.model import max_sentence_tokens
 from mt.serve.requests import FORM_TYPE, JSON_TYPE
@@ -87,11 +87,14 @@ def test_a_sentence_longer_than_the_positions_is_served_whole(model, capfd):
     with serving(loader(model), max_chars=20_000) as (address, service):
         wait_ready(address)
         translator = service.first.translator
-        limit = max_sentence_tokens(translator.model.cfg)
-        text = long_sentence(translator.src_tokenizer, 2 * limit)
+        text = long_sentence(
+            translator.src_tokenizer, 2 * max_sentence_tokens(translator.model.cfg)
+        )
         status, answer, _ = call(address, "/translate", {"q": text, "beam": 1})
     assert status == 200
     greedy = dataclasses.replace(translator.config.decode, beam=1, nbest=1)
+    # cut as the model carries, within its positions (mt.decoding.trained)
+    limit = piece_limit(translator.config.model, translator.decoding(greedy))
     pieces = source_pieces(translator.src_tokenizer, [text], limit)
     sources = tok.detokenize(translator.src_tokenizer, pieces.ids)
     found = translator.translate_nbest(sources, greedy).nbest
