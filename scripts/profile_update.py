@@ -1,8 +1,8 @@
 """Where one CPU update of the recipe model spends its time, and how near a matrix product's
 speed it runs.
 
-Builds the recipe's model (tatoeba_cpu.yaml: d_model 256, 3 + 3 layers, 8,000 joint
-tokens), its batches (the Tatoeba training data, the trainer's `Batches`) and its update (the
+Builds the recipe's model (tatoeba_cpu.yaml: d_model 256, 3 + 3 layers, its joint
+vocabulary), its batches (the Tatoeba training data, the trainer's `Batches`) and its update (the
 trainer's `Updater`: loss, backward pass, clipping, fused AdamW), then per precision:
 
 - the update's speed: target tokens/s and the FLOP/s of its matrix products (counted from the
