@@ -9,7 +9,7 @@ variant's warm-up time (compiling, for a compiled one).
 
 Variants: base (the trainer's update today), packed (train.pack: true), foreach (AdamW's
 multi-tensor step, not the fused one), threads1 (one thread), compiled (torch.compile of the
-loss, dynamic shapes).
+loss, dynamic shapes), explicit (attention by matmuls and softmax, not SDPA's fused kernel).
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from unittest import mock
 
 import torch
 from profile_update import LR, recipe, training_batches, updater_for
 
 from mt.device import cpu_description
 
-VARIANTS = ("base", "packed", "foreach", "threads1", "compiled")
+VARIANTS = ("base", "packed", "foreach", "threads1", "compiled", "explicit")
 THREADS = torch.get_num_threads()
 
 
@@ -63,6 +64,13 @@ def build(name: str, config, prepared, vocab: int, count: int) -> Variant:
                 torch.set_num_threads(THREADS)
 
         return Variant(one_thread, batches)
+    if name == "explicit":  # attention as matmuls and softmax in every precision
+
+        def explicit(b):
+            with mock.patch("mt.model.explicit_attention", lambda device, dtype: True):
+                return updater([b], LR)
+
+        return Variant(explicit, batches)
     if name == "compiled":  # shapes symbolic (dynamic=True), not a graph for each
         updater.loss = torch.compile(updater.loss, dynamic=True)
         return Variant(lambda b: updater([b], LR), batches)
