@@ -206,6 +206,12 @@ class TrainConfig:
     # of its pieces, as a sentence too long for the model is cut (mt.decoding.pieces): a
     # clause that ends in the junction's comma, one that starts with its conjunction, or both
     join_pieces: float = 0.0
+    # this share of the pairs is given with its first word as said inside a sentence, on both
+    # sides (lowercased unless a name or "I"), as a clause after a junction and a piece of a
+    # cut sentence start: "the cat sleeps." / "el gato duerme."; 0: none. Not in the recipes:
+    # at 0.1 lines of 4 to 16 joined by semicolons gained 1.4 to 2.7 BLEU, single sentences lost
+    # 0.7 (docs/benchmarks.md, "Real text")
+    lowered_starts: float = 0.0
     # the share of the pairs whose two sides hold the same span (a number, URL, e-mail address,
     # {{template}}, %d, `code`, or a name) in which each such span becomes a placeholder
     # (tokenizer.placeholders); 0: none

@@ -83,7 +83,7 @@ def _check_tokenizer(tok: TokenizerConfig, fail: Fail) -> None:
 def _check_train(config: Config, fail: Fail) -> None:
     t = config.train
     _fractions(fail, "train.", t, "label_smoothing", "old_share", "join", "join_clauses")
-    _fractions(fail, "train.", t, "join_pieces", "placeholders", "ema")
+    _fractions(fail, "train.", t, "join_pieces", "lowered_starts", "placeholders", "ema")
     if t.join_most < 2:
         fail("train.join_most", f"joins 2 pairs at least, got {t.join_most}")
     if t.placeholders and not config.tokenizer.placeholders:

@@ -10,6 +10,10 @@ is taught the text it will be given, not short single sentences only:
   of those joined at a comma or semicolon given as one of their pieces, as decoding cuts a
   sentence too long for the model (mt.decoding.pieces): "I'm tired," / "Estoy cansado,", or
   "but it's late." / "pero es tarde.".
+- **Sentences as they go on inside another** (train.lowered_starts): that share of the pairs
+  starts with its first word lowercased on both sides unless it is a name, as a clause after
+  a junction and a piece of a cut sentence start ("the cat sleeps." / "el gato duerme."), so
+  that the model learns sentences, not only their capitalised openings.
 - **Placeholders** (train.placeholders, with tokenizer.placeholders reserved): in that share
   of the pairs whose two sides hold the same span (a number, a URL, ... mt.data.spans, or a
   name: mt.data.sides), each such span is replaced on both sides by one placeholder token,
@@ -51,16 +55,23 @@ class Settings:
     placeholders: float
     longest: int  # tokens a side at most (data.max_length)
     pieces: float = 0.0  # of the examples with a clause to cut after (train.join_pieces)
+    lowered: float = 0.0  # of the pairs, their first word lowercased (train.lowered_starts)
 
     @classmethod
     def of(cls, config: Config) -> Settings | None:
         """The settings of `config`; None where every example is a pair as stored."""
         t = config.train
         masking = t.placeholders if config.tokenizer.placeholders else 0.0
-        if not (t.join or masking):
+        if not (t.join or masking or t.lowered_starts):
             return None
         return cls(
-            t.join, t.join_most, t.join_clauses, masking, config.data.max_length, t.join_pieces
+            t.join,
+            t.join_most,
+            t.join_clauses,
+            masking,
+            config.data.max_length,
+            t.join_pieces,
+            t.lowered_starts,
         )
 
 
@@ -103,6 +114,7 @@ class ExampleMaker:
         """The examples of the pairs `index` of `split`, in a new order, held in memory."""
         pairs = Pairs(split, index, self.leading, set(self.joins) - {-1})
         masked_pairs = self._masked(pairs, rng)
+        self._lowered(pairs, masked_pairs, rng)
         order = rng.permutation(len(pairs))
         groups = [order[pairs.direction[order] == d] for d in np.unique(pairs.direction)]
         examples = [e for group in groups for e in self._grouped(group.tolist(), pairs, rng)]
@@ -142,10 +154,7 @@ class ExampleMaker:
             return {}
         notable = [pairs.holds(k, side.notable) for k, side in enumerate(self.sides)]
         chosen = np.flatnonzero(notable[0] & notable[1] & (rng.random(len(pairs)) < share))
-        texts = [
-            tok.detokenize(t, [pairs.ids(i, k)[pairs.lead[i] if k == 0 else 0 :] for i in chosen])
-            for k, t in enumerate(self.tokenizers)
-        ]
+        texts = self._texts(pairs, chosen)
         found = {}
         for i, src, tgt in zip(chosen.tolist(), *texts):
             each = [_spans(text, side) for text, side in zip((src, tgt), self.sides)]
@@ -155,6 +164,22 @@ class ExampleMaker:
                 shared = [[f[w.index(x)] for x in once] for f, w in zip(each, words)]
                 found[i] = Masked((src, tgt), (shared[0], shared[1]))
         return found
+
+    def _lowered(self, pairs: Pairs, masked_pairs: dict[int, Masked], rng) -> None:
+        """A share of the pairs (none masked) with their first word as said mid-sentence on
+        both sides, put in `pairs` in place of their own ids."""
+        share = self.settings.lowered
+        if not share:
+            return
+        drawn = np.flatnonzero(rng.random(len(pairs)) < share)
+        chosen = np.array([i for i in drawn.tolist() if i not in masked_pairs], np.int64)
+        if not len(chosen):
+            return
+        lowered = np.ones(len(chosen), bool)
+        texts = [
+            side.lowered(t, lowered) for t, side in zip(self._texts(pairs, chosen), self.sides)
+        ]
+        self._replace(pairs, chosen, texts)
 
     def _number(
         self, examples: list[list[int]], masked_pairs: dict[int, Masked], pairs: Pairs, rng
@@ -173,17 +198,27 @@ class ExampleMaker:
                 for k in (0, 1):
                     texts[k].append(masked(m.texts[k], m.spans[k][: len(numbers)], numbers))
                 done.append(i)
-        if not done:
-            return
-        done = np.array(done)
-        leads = [pairs.ids(i, 0)[: pairs.lead[i]] for i in done]
+        if done:
+            self._replace(pairs, np.array(done), texts)
+
+    def _texts(self, pairs: Pairs, chosen: np.ndarray) -> list[list[str]]:
+        """The texts of the pairs `chosen`, a list a side, without the source's tags."""
+        return [
+            tok.detokenize(t, [pairs.ids(i, k)[pairs.lead[i] if k == 0 else 0 :] for i in chosen])
+            for k, t in enumerate(self.tokenizers)
+        ]
+
+    def _replace(self, pairs: Pairs, chosen: np.ndarray, texts: list[list[str]]) -> None:
+        """The pairs `chosen` given the ids of `texts` (a list a side) in place of their own,
+        the source's tags and direction kept."""
+        leads = [pairs.ids(i, 0)[: pairs.lead[i]] for i in chosen]
         for k, side in enumerate(self.sides):
             rows = side.encoded(texts[k])
-            if k == 0:  # the source's tags and direction kept
+            if k == 0:
                 rows = [np.concatenate((lead, row)) for lead, row in zip(leads, rows)]
             lengths = np.fromiter(map(len, rows), np.int64, len(rows))
-            pairs.start[k][done] = pairs.add(k, np.concatenate(rows), lengths)
-            pairs.end[k][done] = pairs.start[k][done] + lengths
+            pairs.start[k][chosen] = pairs.add(k, np.concatenate(rows), lengths)
+            pairs.end[k][chosen] = pairs.start[k][chosen] + lengths
 
     def _joined(self, examples: list[list[int]], pairs: Pairs, rng) -> Split:
         """The examples as a split: each its pairs one after another, a junction a sentence's

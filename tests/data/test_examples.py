@@ -125,6 +125,19 @@ def test_two_pairs_join_as_one_clause_said_alike_on_both_sides_after_a_full_stop
     assert clauses > 100
 
 
+def test_lowered_starts_give_pairs_as_they_go_on_inside_a_sentence(corpus):
+    """train.lowered_starts: that share of the pairs starts lowercased on both sides, names
+    and "I" kept, the rest of each side as it is; the others as stored."""
+    src, tgt, _ = made(corpus, join=0.0, placeholders=0.0, lowered_starts=1.0)
+    assert sorted(zip(src, tgt)) == sorted((inside(s), inside(t)) for s, t in SENTENCES * 40)
+    assert ("is it raining?", "¿está lloviendo?") in zip(src, tgt)
+    src, tgt, _ = made(corpus, join=0.0, placeholders=0.0, lowered_starts=0.5)
+    pairs = set(zip(src, tgt))
+    lowered = sum(p not in SENTENCES for p in zip(src, tgt))
+    assert 150 < lowered < 250 and ("the cat sleeps.", "el gato duerme.") in pairs
+    assert ("The cat sleeps.", "El gato duerme.") in pairs
+
+
 def test_a_clause_joined_example_given_as_a_piece_is_cut_as_a_long_sentence_is(corpus):
     """train.join_pieces: an example of two pairs joined as clauses is given, where its
     junction has a comma or semicolon, as the clause before it with that mark, or the clause
