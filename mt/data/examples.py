@@ -22,8 +22,8 @@ is taught the text it will be given, not short single sentences only:
 
 Examples are made a maxi-batch at a time (mt.data.batches) from its pairs and a generator
 seeded by the run's seed, the epoch and the maxi-batch, so a resumed run makes the same ones.
-Only the junctions and the masked pairs are decoded and encoded; the rest of every pair keeps
-its ids (BPE-dropout's too). Each pair is in one example an epoch.
+Only the junctions, the lowered first words and the masked pairs are decoded and encoded; the
+rest of every pair keeps its ids (BPE-dropout's too). Each pair is in one example an epoch.
 """
 
 from __future__ import annotations
@@ -154,7 +154,10 @@ class ExampleMaker:
             return {}
         notable = [pairs.holds(k, side.notable) for k, side in enumerate(self.sides)]
         chosen = np.flatnonzero(notable[0] & notable[1] & (rng.random(len(pairs)) < share))
-        texts = self._texts(pairs, chosen)
+        texts = [
+            tok.detokenize(t, [pairs.ids(i, k)[pairs.lead[i] if k == 0 else 0 :] for i in chosen])
+            for k, t in enumerate(self.tokenizers)
+        ]
         found = {}
         for i, src, tgt in zip(chosen.tolist(), *texts):
             each = [_spans(text, side) for text, side in zip((src, tgt), self.sides)]
@@ -167,7 +170,8 @@ class ExampleMaker:
 
     def _lowered(self, pairs: Pairs, masked_pairs: dict[int, Masked], rng) -> None:
         """A share of the pairs (none masked) with their first word as said mid-sentence on
-        both sides, put in `pairs` in place of their own ids."""
+        both sides: each side's first chunk lowered and encoded again, the rest of its ids
+        (BPE-dropout's too) kept."""
         share = self.settings.lowered
         if not share:
             return
@@ -175,11 +179,17 @@ class ExampleMaker:
         chosen = np.array([i for i in drawn.tolist() if i not in masked_pairs], np.int64)
         if not len(chosen):
             return
-        lowered = np.ones(len(chosen), bool)
-        texts = [
-            side.lowered(t, lowered) for t, side in zip(self._texts(pairs, chosen), self.sides)
-        ]
-        self._replace(pairs, chosen, texts)
+        for k, side in enumerate(self.sides):
+            flat, start, end = pairs.flat(k), pairs.start[k][chosen], pairs.end[k][chosen]
+            begin = start + (pairs.lead[chosen] if k == 0 else 0)
+            cut = side.first_chunks(flat, begin, end)
+            chunks = tok.detokenize(side.tokenizer, [flat[b : b + c] for b, c in zip(begin, cut)])
+            heads = side.encoded(side.lowered(chunks, np.ones(len(chosen), bool)))
+            rows = [
+                np.concatenate((flat[a:b], head, flat[b + c : e]))
+                for a, b, c, e, head in zip(start, begin, cut, end, heads)
+            ]
+            pairs.replace(k, chosen, rows)
 
     def _number(
         self, examples: list[list[int]], masked_pairs: dict[int, Masked], pairs: Pairs, rng
@@ -198,27 +208,15 @@ class ExampleMaker:
                 for k in (0, 1):
                     texts[k].append(masked(m.texts[k], m.spans[k][: len(numbers)], numbers))
                 done.append(i)
-        if done:
-            self._replace(pairs, np.array(done), texts)
-
-    def _texts(self, pairs: Pairs, chosen: np.ndarray) -> list[list[str]]:
-        """The texts of the pairs `chosen`, a list a side, without the source's tags."""
-        return [
-            tok.detokenize(t, [pairs.ids(i, k)[pairs.lead[i] if k == 0 else 0 :] for i in chosen])
-            for k, t in enumerate(self.tokenizers)
-        ]
-
-    def _replace(self, pairs: Pairs, chosen: np.ndarray, texts: list[list[str]]) -> None:
-        """The pairs `chosen` given the ids of `texts` (a list a side) in place of their own,
-        the source's tags and direction kept."""
-        leads = [pairs.ids(i, 0)[: pairs.lead[i]] for i in chosen]
+        if not done:
+            return
+        done = np.array(done)
+        leads = [pairs.ids(i, 0)[: pairs.lead[i]] for i in done]
         for k, side in enumerate(self.sides):
             rows = side.encoded(texts[k])
-            if k == 0:
+            if k == 0:  # the source's tags and direction kept
                 rows = [np.concatenate((lead, row)) for lead, row in zip(leads, rows)]
-            lengths = np.fromiter(map(len, rows), np.int64, len(rows))
-            pairs.start[k][chosen] = pairs.add(k, np.concatenate(rows), lengths)
-            pairs.end[k][chosen] = pairs.start[k][chosen] + lengths
+            pairs.replace(k, done, rows)
 
     def _joined(self, examples: list[list[int]], pairs: Pairs, rng) -> Split:
         """The examples as a split: each its pairs one after another, a junction a sentence's

@@ -184,6 +184,12 @@ class Pairs:
         self.size[side] += len(ids)
         return starts
 
+    def replace(self, side: int, chosen: np.ndarray, rows: Sequence[np.ndarray]) -> None:
+        """The pairs `chosen` given `rows` as their `side`'s ids."""
+        lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+        self.start[side][chosen] = self.add(side, np.concatenate(rows), lengths)
+        self.end[side][chosen] = self.start[side][chosen] + lengths
+
     def holds(self, side: int, tokens: np.ndarray) -> np.ndarray:
         """Whether each pair's `side` holds a token that `tokens` (by id) marks."""
         marked = np.concatenate(([0], np.cumsum(tokens[self.flat(side)])))

@@ -138,6 +138,27 @@ def test_lowered_starts_give_pairs_as_they_go_on_inside_a_sentence(corpus):
     assert ("The cat sleeps.", "El gato duerme.") in pairs
 
 
+def test_lowered_starts_encode_the_first_word_again_and_keep_the_rest_of_the_ids(corpus):
+    """Only a lowered pair's first word is encoded again: the rest keeps the ids it was
+    given, as BPE-dropout segmented it (here one character a token)."""
+    _, tokenizers, config = corpus
+
+    def by_character(t, text):
+        return [i for character in text for i in tok.encode(t, [character])[0]]
+
+    stored = Split(
+        *([by_character(t, x) for x in side] for t, side in zip(tokenizers, zip(*SENTENCES)))
+    )
+    src, tgt, examples = made(
+        (stored, tokenizers, config), join=0.0, placeholders=0.0, lowered_starts=1.0
+    )
+    for k, (texts, t) in enumerate(zip((src, tgt), tokenizers)):
+        for n, text in enumerate(texts):
+            first, space, rest = text.partition(" ")
+            expected = tok.encode(t, [first])[0] + by_character(t, space + rest)
+            assert list((examples.src, examples.tgt)[k][n]) == expected, text
+
+
 def test_a_clause_joined_example_given_as_a_piece_is_cut_as_a_long_sentence_is(corpus):
     """train.join_pieces: an example of two pairs joined as clauses is given, where its
     junction has a comma or semicolon, as the clause before it with that mark, or the clause
