@@ -63,6 +63,7 @@ class BpeDropout:
             if added
             else None
         )
+        self.after_tag = pre_tokenizers.ByteLevel(add_prefix_space=False)
         alphabet = pre_tokenizers.ByteLevel.alphabet()
         self.symbols = np.zeros(TAGS + len(added), np.int64)  # character -> symbol id
         for char in alphabet:
@@ -141,8 +142,9 @@ class BpeDropout:
         for i, part in enumerate(self.split_tags.split(text)):
             if i % 2:  # a tag, matched
                 words.append(self.tags[part])
-            elif part:
-                words += [w for w, _ in self.tokenizer.pre_tokenizer.pre_tokenize_str(part)]
+            elif part:  # after a tag, no space put before the part (mt.data.tokenizer)
+                cut = self.tokenizer.pre_tokenizer if i == 0 else self.after_tag
+                words += [w for w, _ in cut.pre_tokenize_str(part)]
         return words
 
     def _merge_words(

@@ -93,7 +93,7 @@ class ExampleMaker:
     ) -> None:
         self.settings, self.tokenizers = settings, tokenizers
         self.sides = [
-            Side(t, s.counts(), k)
+            Side(t, s.inside_counts(), k)
             for k, (t, s) in enumerate(zip(tokenizers, (split.src, split.tgt)))
         ]
         data, source = config.data, tokenizers[0]
@@ -108,7 +108,7 @@ class ExampleMaker:
         # tokens a junction may add to a side, at most: its words, and a lowercased word's
         # tokens more than its capitalised one's
         said = [j.words[k] for joins in self.joins.values() for j in joins for k in (0, 1)]
-        self.junction = max(map(len, self.sides[0].encoded(said)), default=0) + 2
+        self.junction = max(map(len, self.sides[0].going_on(said)), default=0) + 2
 
     def make(self, split: Split, index: np.ndarray, rng: np.random.Generator) -> Split:
         """The examples of the pairs `index` of `split`, in a new order, held in memory."""

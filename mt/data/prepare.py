@@ -74,7 +74,7 @@ from .scan import (
 from .store import Split, SplitWriter, open_split
 from .workers import Meter, workers
 
-CACHE_VERSION = 3  # bump when the cache layout or the pipeline's output changes
+CACHE_VERSION = 4  # bump when the cache layout or the pipeline's output changes
 NEW_KEYS_OFF = (("filter_language", False), ("both_directions", False))
 
 

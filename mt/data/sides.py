@@ -3,7 +3,7 @@ pairs of a maxi-batch held for them: which tokens start a word, which may be of 
 span, the junctions' heads as each side says them, and the buffers that take the new ids.
 
 A name is a capitalised word that the corpus's side writes so more often than lowercased
-after a space ("Tom", "Boston"; not "The" or "No"): the counts of its two tokens.
+inside a sentence ("Tom", "Boston"; not "The" or "No"): the counts of its two tokens there.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class Side:
 
     def are_names(self, words: Sequence[str]) -> list[bool]:
         """Whether each word is a name: capitalised, and written so more often than
-        lowercased after a space here (a word that takes more than a token is not)."""
+        lowercased inside a sentence here (a word that takes more than a token is not)."""
         new = [w for w in dict.fromkeys(words) if w not in self.names]
         capitals = [w for w in new if w[:1].isupper() and w.isalpha()]
         self.names.update(dict.fromkeys(new, False))
@@ -57,15 +57,18 @@ class Side:
             first = self.counts[ids[np.minimum(starts, len(ids) - 1)]]
             for k, word in enumerate(capitals):
                 upper, lower = 2 * k, 2 * k + 1
-                self.names[word] = bool(
-                    single[upper] and (not single[lower] or first[upper] > first[lower])
-                )
+                lowered = first[lower] if single[lower] else 0
+                self.names[word] = bool(single[upper] and first[upper] > lowered)
         return [self.names[w] for w in words]
 
     def encoded(self, texts: Sequence[str]) -> list[np.ndarray]:
         """The ids of `texts` (normalised text: words one space apart)."""
         ids, lengths = self.encoder.encode(texts)
         return np.split(ids.astype(np.int64), np.cumsum(lengths)[:-1]) if len(texts) else []
+
+    def going_on(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """The ids of `texts` as they go on a sentence (`tok.encode_going_on`)."""
+        return [np.array(row, np.int64) for row in tok.encode_going_on(self.tokenizer, texts)]
 
     def first_chunks(self, flat: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
         """For each row flat[begin:end], its tokens before the first that starts a word after
@@ -115,8 +118,11 @@ class Side:
                 else " " + c
                 for c, w, j, (_, after), (_, _, start) in zip(chunks, words, clauses, cuts, new)
             ]
-            rows = self.encoded(texts)
-            marks = self.encoded([mark for mark, _ in cuts])
+            # a junction's head goes on the sentence before it; a piece's starts one
+            starting = iter(self.encoded([t for t, key in zip(texts, new) if key[2]]))
+            going_on = iter(self.going_on([t for t, key in zip(texts, new) if not key[2]]))
+            rows = [next(starting) if key[2] else next(going_on) for key in new]
+            marks = self.going_on([mark for mark, _ in cuts])
             for key, row, mark in zip(new, rows, marks):
                 cuttable = len(mark) and np.array_equal(row[: len(mark)], mark)
                 self.said[key] = (row, len(mark) if cuttable and not key[2] else 0)

@@ -65,6 +65,17 @@ class Sentences(Sequence):
             self.release()
         return self._counts
 
+    def inside_counts(self) -> np.ndarray:
+        """`counts` of the tokens past each sentence's first: how often each id occurs inside
+        a sentence (a word's first token is the same at a sentence's start, mt.data.tokenizer)."""
+        counts = self.counts().copy()
+        for start in range(0, len(self.offsets) - 1, COUNT_STEP):
+            begin = self.offsets[start : start + COUNT_STEP + 1]
+            firsts = begin[:-1][np.diff(begin) > 0]
+            np.subtract.at(counts, self.ids[firsts].astype(np.int64), 1)
+        self.release()
+        return counts
+
     @classmethod
     def of(cls, seqs: Sequence[Sequence[int]]) -> Sentences:
         """Sentences held in memory, from a list of id sequences."""

@@ -2,8 +2,12 @@
 encoding in bulk for prepare (`PieceEncoder`). BPE-dropout is mt.data.dropout.
 
 Both models start from the 256 byte symbols, so every string is encodable without
-`<unk>` and `decode(encode(s)) == s` exactly: no character is ever lost. The special tokens
-`<pad> <s> </s> <unk>` have the fixed ids 0..3 in every vocabulary.
+`<unk>` and `decode(encode(s)) == s` exactly for a text that does not start with a space
+(normalised text never does): no character is ever lost. A space is put before the text, as
+SentencePiece does, so that a word has the same tokens at the start of a sentence as inside
+one ("of course" is " of course" either way, as a line of joined sentences gives it), and the
+decoder takes it off. The special tokens `<pad> <s> </s> <unk>` have the fixed ids 0..3 in
+every vocabulary.
 
 The saved file's post-processor appends `</s>`, so outside `mt`,
 `Tokenizer.from_file(path).encode(text).ids` is exactly what the encoder reads (and, on the
@@ -69,9 +73,15 @@ def train_tokenizer(
         tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
         trainer = trainers.BpeTrainer(min_frequency=cfg.min_frequency, **common)
     tokenizer.normalizer = normalizers.NFC()
-    # add_prefix_space=False keeps decode(encode(s)) == s with no space to strip.
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
+    # the space before the text (see the module's doc): before its start only, not after an
+    # added token inside it ("⦅1⦆." stays glued), as ByteLevel's add_prefix_space would not
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(replacement=" ", prepend_scheme="first", split=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
+    tokenizer.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(" ", 1, 0)])
     tokenizer.train_from_iterator(texts, trainer, length=length)
     if tokenizer.get_vocab_size() > cfg.vocab_size:  # unigram keeps every symbol it saw
         raise ConfigError(
@@ -152,6 +162,19 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [e.ids for e in tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
 
+def encode_going_on(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """`encode` of texts that go on a sentence ("`, but it's`" after "I'm tired"): no space
+    put before one that starts glued to the word before. A line break before such a text
+    keeps the space off it (the space and the line break are tokens of their own before a
+    character that is not a space), and its ids are those after the line break's."""
+    if not prepends_space(tokenizer):
+        return encode(tokenizer, texts)
+    newline = tokenizer.token_to_id("\u010a")  # byte-level "\n"
+    glued = [text[:1] not in ("", " ") for text in texts]  # else no space is put before it
+    rows = encode(tokenizer, ["\n" + t if g else t for t, g in zip(texts, glued)])
+    return [row[row.index(newline) + 1 :] if g else row for row, g in zip(rows, glued)]
+
+
 def flat_ids(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Encoded sentences (`tokenizers` gives lists) as one int32 array and their lengths."""
     lengths = np.fromiter(map(len, ids), np.int64, len(ids))
@@ -165,11 +188,12 @@ class PieceEncoder:
     The tokenizers mt learns (NFC, byte-level pieces cut by its regex, BPE or unigram on each
     piece) never join text across a space between two words: the regex's pieces hold a space
     only at their start (its whitespace-run alternatives match no single space before a
-    word), NFC composes nothing with a space, and no added token holds one. So a sentence's
-    ids are those of its chunks ("I", " saw", " it.") one after another, and `tokenizers`'
-    per-sentence work (normalised strings with alignments, encodings: most of its time) is
-    spent once per new chunk instead of once per sentence. A tokenizer of another kind (a
-    Marian model's SentencePiece) encodes sentence by sentence.
+    word), NFC composes nothing with a space, and no added token holds one; the space put
+    before the text goes before its first chunk alone (the others start with one). So a
+    sentence's ids are those of its chunks ("I", " saw", " it.") one after another, and
+    `tokenizers`' per-sentence work (normalised strings with alignments, encodings: most of
+    its time) is spent once per new chunk instead of once per sentence. A tokenizer of another
+    kind (a Marian model's SentencePiece) encodes sentence by sentence.
     """
 
     # chunks remembered (~40 MiB); past that the memo starts again (with one call's at most)
@@ -207,12 +231,27 @@ def space_led_chunks(text: str) -> list[str]:
     return text.replace(" ", "\n ").split("\n")
 
 
+# the saved form of the pre-tokeniser that puts a space before the text (train_tokenizer)
+SPACE_BEFORE = {"type": "Metaspace", "replacement": " ", "prepend_scheme": "first", "split": False}
+
+
+def prepends_space(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` puts a space before the text (those mt learns now; not those of
+    earlier runs, nor a Marian model's)."""
+    if not isinstance(tokenizer, Tokenizer) or tokenizer.pre_tokenizer is None:
+        return False
+    pre = json.loads(tokenizer.pre_tokenizer.__getstate__())
+    return pre.get("type") == "Sequence" and pre["pretokenizers"][:1] == [SPACE_BEFORE]
+
+
 def _splits_at_spaces(tokenizer: Tokenizer) -> bool:
     """Whether `tokenizer` is of the kind `PieceEncoder` may encode a chunk at a time."""
     if not isinstance(tokenizer, Tokenizer) or tokenizer.truncation or tokenizer.padding:
         return False
     saved = json.loads(tokenizer.to_str())
     pre = saved.get("pre_tokenizer") or {}
+    if prepends_space(tokenizer):
+        pre = pre["pretokenizers"][1] if len(pre["pretokenizers"]) == 2 else {}
     return (
         (saved.get("normalizer") or {"type": "NFC"})["type"] == "NFC"
         and pre.get("type") == "ByteLevel"

@@ -122,7 +122,9 @@ def _labels(tokenizer, ids: list[int]) -> list[str]:
         text = tokenizer.decode([i])
         if "\ufffd" in text:  # part of a multi-byte character: show its bytes
             text = "".join(f"\\x{symbols[c]:02x}" if c in symbols else c for c in raw)
-        labels.append(SPACE + text[1:] if text.startswith(" ") else text)
+        # a word's first token: decode() may have taken its space off (mt.data.tokenizer)
+        spaced = tok.starts_word(tokenizer, i) or text.startswith(" ")
+        labels.append(SPACE + text.removeprefix(" ") if spaced else text)
     return labels
 
 

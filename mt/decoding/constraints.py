@@ -116,7 +116,12 @@ def encode_constraints(
     for number, words, limit in zip(numbers or range(1, len(terms) + 1), terms, limits):
         variants = []
         for word in dict.fromkeys(words):  # a term twice is one term
-            phrases = [p for p in tok.encode(tokenizer, [word.strip(), " " + word.strip()]) if p]
+            glued, spaced = word.strip(), " " + word.strip()
+            phrases = [
+                p
+                for p in tok.encode_going_on(tokenizer, [glued]) + tok.encode(tokenizer, [spaced])
+                if p
+            ]
             if not word.strip() or not phrases:
                 raise ConfigError(f"text {number}: constraint {word!r} tokenizes to nothing")
             variants.append(list({tuple(p): p for p in phrases}.values()))

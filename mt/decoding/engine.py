@@ -114,6 +114,7 @@ class Translator(ABC):
             terms = encode_constraints(self.tgt_tokenizer, first, limits, pieces.numbers)
         found = self._decode(pieces.ids, decode, progress, forced, terms, limits)
         flat = tok.detokenize(self.tgt_tokenizer, [ids for hyps in found for ids, _ in hyps])
+        flat = [text.strip() for text in flat]  # a model may open or end one with a space
         out, start = [], 0
         for hyps in found:
             out.append(list(zip(flat[start : start + len(hyps)], (s for _, s in hyps))))

@@ -87,6 +87,33 @@ def test_saved_tokenizer_opens_with_the_tokenizers_library(tiny_tokenizer: Token
     assert loaded.decode(loaded.encode("¿Dónde está?").ids) == "¿Dónde está?"
 
 
+def test_a_word_has_the_same_tokens_opening_a_text_as_inside_one(tiny_tokenizer: Tokenizer):
+    """A space is put before the text (not after an added token inside it) and taken off
+    again: a clause after a junction reads as the sentences the model learned from."""
+    tokenizer = tok.reserve_tags(Tokenizer.from_str(tiny_tokenizer.to_str()), ["⦅1⦆"])
+    assert tok.prepends_space(tokenizer)
+    alone, inside = tok.encode(tokenizer, ["the house is big.", "I saw it; the house is big."])
+    assert inside[-len(alone) :] == alone
+    glued = ["⦅1⦆.", "a⦅1⦆b", "⦅1⦆ is big.", "¿Dónde?"]
+    assert tok.detokenize(tokenizer, tok.encode(tokenizer, glued)) == glued
+    assert tok.encode(tokenizer, ["⦅1⦆."])[0] == [
+        tokenizer.token_to_id("⦅1⦆"),
+        *tok.encode_going_on(tokenizer, ["."])[0],
+    ]
+    # a text that goes on a sentence: as the sentence's own tokens, glued or after a space
+    whole = tok.encode(tokenizer, ["Tom came, but the house is big."])[0]
+    going_on = tok.encode_going_on(tokenizer, [", but the house is big.", " the house is big.", ""])
+    assert whole[-len(going_on[0]) :] == going_on[0] and whole[-len(going_on[1]) :] == going_on[1]
+    assert (
+        going_on[2] == [] and going_on[0] != tok.encode(tokenizer, [", but the house is big."])[0]
+    )
+    # encoded a space-led chunk at a time, as prepare does, a text gets its whole ids
+    texts = [a for a, _ in PAIRS[:20]]
+    encoder = tok.PieceEncoder(tokenizer)
+    whole_ids = list(itertools.chain(*tok.encode(tokenizer, texts)))
+    assert encoder.by_chunk and encoder.encode(texts)[0].tolist() == whole_ids
+
+
 def test_the_tokenizer_normalises_to_nfc(tiny_tokenizer: Tokenizer):
     assert tok.encode(tiny_tokenizer, ["cafe\u0301"]) == tok.encode(tiny_tokenizer, ["caf\u00e9"])
 

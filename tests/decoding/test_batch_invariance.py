@@ -33,7 +33,9 @@ DEFAULTS = ["decode.precision=auto", "decode.max_len_b=10"]
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_trained(tmp_path_factory.mktemp("invariance"))
+    # the seed of one whose translations vary (136 of the 200 greedy ones differ): an
+    # invariance over one repeated output would test little
+    return tiny_trained(tmp_path_factory.mktemp("invariance"), "run.seed=2")
 
 
 def opened(path: Path, beam: int, engine: str = "torch") -> Translator:
