@@ -9,7 +9,11 @@ whole, FLORES. Prints one JSON object a step, then the whole result.
            them as junctions), the next sentence's first word as the corpus writes it inside
            a sentence; likewise with a semicolon alone. BLEU and output/reference words of the
            lines, against the same sentences translated one by one (their translations joined
-           alike), for each policy
+           alike: the reference's junction words put in) and, where junctions have words,
+           clause by clause (each clause after a junction given as a sentence opened by the
+           junction's words, "In fact, it's late.", its translation put after the junction's
+           comma or semicolon: what the model says of those words when not joined), for each
+           policy
   longest  one line of clauses joined as above until it has LONGEST words: words out per word
   spans    sentences with spans put in (numbers, times, dates, URLs, e-mail addresses,
            {{templates}}, {0}, %s, %d, `code`; SPAN_KINDS): the share of spans that come back
@@ -125,6 +129,24 @@ def joined_lines(
     return lines
 
 
+def clause_sentences(
+    sentences: Sequence[str], junctions: Sequence, inside: Callable[[str], str]
+) -> list[str]:
+    """Each sentence of a line as the clause it is there, given as a sentence: after a
+    junction, opened by the junction's English words ("In fact, it's late.")."""
+    out = [sentences[0]]
+    for junction, sentence in zip(junctions, sentences[1:]):
+        words = junction[0].lstrip(",;").strip() if junction else ""
+        clause = f"{words} {inside(sentence)}" if words else sentence
+        out.append(clause[:1].upper() + clause[1:])
+    return out
+
+
+def punctuation_of(junctions: Sequence) -> list:
+    """`junctions` with their Spanish side cut to its comma or semicolon."""
+    return [j and (j[0], j[1][:1]) for j in junctions]
+
+
 def words_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Words out per reference word."""
     return sum(len(h.split()) for h in hypotheses) / max(sum(len(r.split()) for r in references), 1)
@@ -187,12 +209,31 @@ def bench_joined(policies: Policies, pairs: list, inside: Sequence[Callable], se
                 "lines": len(lines),
                 "one_by_one": scored(singles, references),
             }
+            if any(english.strip(",; ") for english, _ in junctions):
+                row["clause_by_clause"] = scored(
+                    clause_by_clause(policies, pairs, per_line, chosen, inside), references
+                )
             for policy in policies.translators:
                 row[policy] = scored(policies.translate(policy, sources), references)
             rows.append(row)
             print(json.dumps({"construction": name, **row}), flush=True)
         out[name] = rows
     return out
+
+
+def clause_by_clause(
+    policies: Policies, pairs: list, per_line: int, chosen: Sequence, inside: Sequence[Callable]
+) -> list[str]:
+    """The lines of `pairs` (`chosen`: each line's junctions) translated clause by clause."""
+    clauses = [
+        clause_sentences([s for s, _ in pairs[i * per_line : (i + 1) * per_line]], js, inside[0])
+        for i, js in enumerate(chosen)
+    ]
+    found = iter(policies.translate("model", [c for line in clauses for c in line]))
+    return [
+        joined([next(found) for _ in line], punctuation_of(js), 1, inside[1])
+        for line, js in zip(clauses, chosen)
+    ]
 
 
 def bench_longest(policies: Policies, pairs: list, inside: Sequence[Callable], seed: int) -> dict:
@@ -341,15 +382,15 @@ def render(r: dict) -> list[str]:
         "",
     ]
     for construction, rows in r.get("joined", {}).items():
-        policies = [p for p in rows[0] if p not in ("per_line", "lines", "one_by_one")]
+        columns = [p for p in rows[-1] if p not in ("per_line", "lines")]
         lines += [
             f"Joined by {construction}: BLEU of the lines",
             "",
-            "| per line | one by one | " + " | ".join(policies) + " |",
-            "|---:|---:|" + "---:|" * len(policies),
+            "| per line | " + " | ".join(c.replace("_", " ") for c in columns) + " |",
+            "|---:|" + "---:|" * len(columns),
             *(
-                f"| {row['per_line']} | {row['one_by_one']['bleu']:.2f} | "
-                + " | ".join(f"{row[p]['bleu']:.2f}" for p in policies)
+                f"| {row['per_line']} | "
+                + " | ".join(f"{row[c]['bleu']:.2f}" if c in row else "" for c in columns)
                 + " |"
                 for row in rows
             ),

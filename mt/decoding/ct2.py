@@ -152,6 +152,7 @@ def decode_ids(
     Output lengths: ours stop each sentence at its own of `limits`; CT2 has one limit per
     call, so each output is cut to its own limit afterwards (exact for greedy).
     """
+    from .search import least_tokens
     from .translate import translation_batch_tokens
 
     scored = cfg.sampling or not cfg.greedy
@@ -186,7 +187,7 @@ def decode_ids(
         no_repeat_ngram_size=cfg.no_repeat_ngram,
         max_decoding_length=max(limits[i] for i in todo) + 1,  # room for EOS
         max_input_length=0,  # the pieces fit already
-        min_decoding_length=0,  # CT2 forbids an empty output by default, renormalising
+        min_decoding_length=least_tokens(cfg),
         return_scores=scored,
         suppress_sequences=[[pad], [bos]],
     )

@@ -46,6 +46,13 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     return ((5 + length) / 6) ** alpha
 
 
+def least_tokens(cfg: DecodeConfig) -> int:
+    """Tokens a translation has before its EOS, at least: one under mt's rules, so that no
+    source comes back empty (fairseq's min_len; an empty hypothesis's one log-probability
+    can beat a whole sentence's normalised one), none under transformers' generate()'s."""
+    return int(cfg.rules == "mt")
+
+
 def penalty(length: int | Tensor, cfg: DecodeConfig) -> float | Tensor:
     """What a hypothesis's log-probability is divided by under decode.rules: GNMT's
     `length_penalty`, or transformers' L ** alpha."""
@@ -198,7 +205,7 @@ def _search(
         if strategy.log_probs:  # float32 whatever the step's precision
             scores = scores.float().log_softmax(-1)
         force_eos = (t >= limit[sent]).repeat_interleave(k) if t >= first_limit else None
-        forbid(scores, force_eos, specials)
+        forbid(scores, force_eos, specials, t < least_tokens(cfg))
         if cfg.rules == "transformers" and force_eos is not None:  # its ForcedEOSTokenLogits-
             scores[:, specials.eos_id].masked_fill_(force_eos, 0.0)  # Processor
         forced = forced_at(prefix, t, sent)
@@ -249,15 +256,20 @@ def start_decoding(
     return state, lambda tokens: model.decode_step(tokens, state)
 
 
-def forbid(scores: Tensor, force_eos: Tensor | None, cfg: ModelConfig) -> Tensor:
+def forbid(
+    scores: Tensor, force_eos: Tensor | None, cfg: ModelConfig, too_soon: bool = False
+) -> Tensor:
     """scores (R, V): logits or log-probs, force_eos (R,) bool or None (no row at its limit)
-    -> the same tensor, -inf where a token may not come next: PAD and BOS anywhere, all but
-    EOS in rows at their limit. Masked, not by `force_eos.any()`: no wait for the device."""
+    -> the same tensor, -inf where a token may not come next: PAD and BOS anywhere, EOS
+    where it comes `too_soon`, all but EOS in rows at their limit. Masked, not by
+    `force_eos.any()`: no wait for the device."""
     scores[:, cfg.pad_id] = scores[:, cfg.bos_id] = NEG_INF
+    eos = scores[:, cfg.eos_id].clone()
+    if too_soon:
+        scores[:, cfg.eos_id] = NEG_INF
     if force_eos is not None:
-        eos = scores[:, cfg.eos_id].clone()
         scores.masked_fill_(force_eos.unsqueeze(1), NEG_INF)
-        scores[:, cfg.eos_id] = eos
+        scores[:, cfg.eos_id] = torch.where(force_eos, eos, scores[:, cfg.eos_id])
     return scores
 
 
@@ -322,8 +334,10 @@ def greedy(
     max_len: int | Tensor,
     plan: Plan = Plan(),
     prefix: Tensor | None = None,
+    cfg: DecodeConfig | None = None,
 ) -> list[list[int]]:
     """Greedy search of src (B, S); max_len an int or a (B,) tensor such as
-    max_output_lengths(src, a, b) -> per sentence, its tokens without BOS and EOS."""
-    found = search(model, src, Greedy(), max_len, plan, prefix)
+    max_output_lengths(src, a, b) -> per sentence, its tokens without BOS and EOS; under
+    `cfg`'s rules (mt's where not given)."""
+    found = search(model, src, Greedy(), max_len, plan, prefix, cfg)
     return [hyps[0].tokens for hyps in found]

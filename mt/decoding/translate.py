@@ -156,7 +156,7 @@ def _searcher(cfg: DecodeConfig, device: torch.device):
 
         def search_greedy(model, src, plan, prefix) -> list:
             lengths = max_output_lengths(src, cfg.max_len_a, cfg.max_len_b, model.cfg.pad_id)
-            return search(model, src, Greedy(), lengths, plan, prefix)
+            return search(model, src, Greedy(), lengths, plan, prefix, cfg)
 
         return search_greedy
     return lambda model, src, plan, prefix: beam_search(model, src, cfg, plan, prefix)

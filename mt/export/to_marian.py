@@ -17,7 +17,8 @@ share_encoder_decoder_embeddings false where its vocabularies are separate. What
 cannot hold is refused in one line.
 
 The generation config carries the run's beam and makes transformers' beam search as close to
-ours as its options allow (`search_options`), and forbids PAD and BOS, as our search does.
+ours as its options allow (`search_options`), and forbids PAD and BOS, as our search does
+(and under mt's rules an empty translation: min_new_tokens 1).
 Under mt's rules (decode.rules mt) two differences cannot be written there: the length
 penalty, GNMT's ((5 + L) / 6) ** alpha where transformers divides by L ** length_penalty,
 and the length limit, a * source length + b tokens per sentence where transformers has one
@@ -43,7 +44,7 @@ import torch
 from ..config import SPECIAL_TOKENS, Config
 from ..data.spm import SentencePieceTokenizer
 from ..decoding.ct2 import known_bleu
-from ..decoding.search import output_lengths, within_positions
+from ..decoding.search import least_tokens, output_lengths, within_positions
 from ..decoding.trained import METADATA
 from ..from_marian import MT_KEY, TARGET_VOCAB, TOKENIZER_FILES, mt_keys, require_hf, weight_names
 from ..model import max_sentence_tokens
@@ -141,7 +142,12 @@ def search_options(config: Config, lengths: dict[str, np.ndarray]) -> dict[str, 
         return options | {"length_penalty": d.alpha}
     targets = lengths.get("tgt", np.array([TYPICAL_LENGTH]))
     slope = d.alpha * targets / (GNMT_OFFSET + targets)
-    return options | {"length_penalty": round(float(slope.mean()), 4), "early_stopping": "never"}
+    slope = round(float(slope.mean()), 4)
+    return options | {
+        "length_penalty": slope,
+        "early_stopping": "never",
+        "min_new_tokens": least_tokens(d),  # no empty translation
+    }
 
 
 def marian_model(

@@ -39,18 +39,21 @@ def model_and_batch(request):
 
 
 class ChainModel:
-    """A stand-in for Transformer whose next token depends on the previous one only. It has
-    three outputs: [] (p = 0.4), [a] (0.27) and [a, b, c, d] (0.33), which greedy picks."""
+    """A stand-in for Transformer whose next token depends on the previous one only. After an
+    `opening` token o (where given), it has three outputs: [o] (p = 0.4), [o, a] (0.27) and
+    [o, a, b, c, d] (0.33), which greedy picks."""
 
     cfg = ModelConfig()
-    a, b, c, d = 4, 5, 6, 7
+    o, a, b, c, d = 8, 4, 5, 6, 7
 
-    def __init__(self):
-        a, b, c, d = self.a, self.b, self.c, self.d
-        arcs = [(BOS, EOS, 0.4), (BOS, a, 0.6), (a, EOS, 0.45), (a, b, 0.55), (b, c, 1.0)]
-        self.logits = torch.full((8, 8), -30.0)  # [previous token, next token]
-        for prev, nxt, p in [*arcs, (c, d, 1.0), (d, EOS, 1.0)]:
+    def __init__(self, opening: bool = True):
+        o, a, b, c, d = self.o, self.a, self.b, self.c, self.d
+        start = o if opening else BOS
+        arcs = [(start, EOS, 0.4), (start, a, 0.6), (a, EOS, 0.45), (a, b, 0.55), (b, c, 1.0)]
+        self.logits = torch.full((9, 9), -30.0)  # [previous token, next token]
+        for prev, nxt, p in [*arcs, (c, d, 1.0), (d, EOS, 1.0), (BOS, o, 1.0)][: 7 + opening]:
             self.logits[prev, nxt] = math.log(p)
+        self.opening = [o] if opening else []
 
     def encode(self, src):
         return src, None
@@ -64,16 +67,30 @@ class ChainModel:
 
 def test_search_on_a_known_distribution():
     model, src = ChainModel(), torch.tensor([[4, 5, EOS]])
-    chain = [model.a, model.b, model.c, model.d]
+    chain = [model.o, model.a, model.b, model.c, model.d]
     assert greedy(model, src, 10) == [chain]
     # an EOS ranked second, below the beam of one, finishes nothing
     assert beam_search(model, src, DecodeConfig(beam=1, alpha=0.0))[0][0].tokens == chain
-    assert (
-        beam_search(model, src, DecodeConfig(beam=2, alpha=0.0))[0][0].tokens == []
-    )  # the most probable
-    # with a length penalty the chain wins (score -0.67 against -0.92 for []), but only a search
-    # that bounds the scores reachable from [a, b] (log-prob -1.11) looks past [] to find it
+    assert beam_search(model, src, DecodeConfig(beam=2, alpha=0.0))[0][0].tokens == [
+        model.o
+    ]  # the most probable
+    # with a length penalty the chain wins (score -0.67 against -0.79 for [o]), but only a
+    # search that bounds the scores reachable from [o, a, b] (log-prob -1.11) looks past [o]
     assert beam_search(model, src, DecodeConfig(beam=2, alpha=1.0))[0][0].tokens == chain
+
+
+def test_no_source_comes_back_empty_under_mts_rules():
+    """An empty output most probable of all (EOS first, p = 0.4) is never chosen under mt's
+    rules, as fairseq's min_len: not by beam search or in 50 samples (every strategy takes the
+    one loop's rule); transformers' generate() chooses it."""
+    model, src = ChainModel(opening=False), torch.tensor([[4, 5, EOS]])
+    chain = [model.a, model.b, model.c, model.d]
+    for rules, want in (("mt", chain), ("transformers", [])):
+        cfg = DecodeConfig(beam=2, alpha=0.0, rules=rules)
+        assert beam_search(model, src, cfg)[0][0].tokens == want
+    cfg = DecodeConfig(nbest=50, sampling=True)
+    samples = sample(model, src, cfg, torch.Generator().manual_seed(0))
+    assert {len(h.tokens) for h in samples[0]} == {1, 4}  # [a] and the chain, never []
 
 
 def test_beam_of_one_is_greedy(model_and_batch):
@@ -84,11 +101,12 @@ def test_beam_of_one_is_greedy(model_and_batch):
 
 @pytest.mark.parametrize("alpha", [0.0, 1.0])
 def test_exhaustive_beam_finds_the_best_outputs(alpha):
-    """A beam as wide as the set of all outputs of up to two tokens is exact search: its n-best
-    list is the best of them all, each scored by teacher forcing."""
+    """A beam as wide as the set of all outputs of one or two tokens (none is empty under mt's
+    rules) is exact search: its n-best list is the best of them all, each scored by teacher
+    forcing."""
     model, src = random_model(), random_batch([5, 3], seed=5)
     words = [w for w in range(VOCAB) if w not in (PAD, BOS, EOS)]
-    outputs = [[], *([w] for w in words), *map(list, itertools.product(words, repeat=2))]
+    outputs = [*([w] for w in words), *map(list, itertools.product(words, repeat=2))]
     hyps = beam_search(
         model, src, DecodeConfig(beam=len(outputs), alpha=alpha, max_len_a=0, max_len_b=2, nbest=5)
     )

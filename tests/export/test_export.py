@@ -98,7 +98,7 @@ def test_float32_export_translates_as_mt_on_tatoeba(tatoeba):
 
 
 @needs_shared
-def test_nbest_scores_match_within_2e_3(tatoeba):
+def test_nbest_scores_match_within_3e_3(tatoeba):
     run, folder, sources, _ = tatoeba
     ours = torch_nbest(run, sources[:8], beam=4, nbest=3, alpha=0.6)
     theirs = ct2_nbest(folder, sources[:8], beam=4, nbest=3, alpha=0.6)
@@ -109,8 +109,10 @@ def test_nbest_scores_match_within_2e_3(tatoeba):
         for text, score in a:
             if text in scores:
                 # CTranslate2's sums run about 1e-4 a token above mt's on this tiny model
-                # (8e-4 on the 5 tokens of "Tom a a.", 1.4e-3 on 9)
-                assert abs(scores[text] - score) < 2e-3, (text, score, scores[text])
+                # (8e-4 on the 5 tokens of "Tom a a.", 1.4e-3 on 9), and it takes EOS out
+                # of the first step before its softmax, where mt (as fairseq and generate())
+                # masks it after: -log(1 - p(EOS first)) more, 1.6e-3 on "Tom a a."
+                assert abs(scores[text] - score) < 3e-3, (text, score, scores[text])
                 compared += 1
     assert compared >= 16
 

@@ -40,6 +40,18 @@ def test_a_junction_joins_two_sentences_that_end_in_full_stops_on_both_sides():
     assert bench_long.joined(singles, chosen, 1, inside) == (
         "Tom partió, y sin embargo el gato huyó, y sin embargo ¿es tarde? Me senté."
     )
+    # clause by clause: each clause after a junction a sentence opened by its words, its
+    # translation put after the junction's comma
+    assert bench_long.clause_sentences([p[0] for p in PAIRS], chosen, inside) == [
+        "Tom left.",
+        "And yet the cat ran.",
+        "And yet is it late?",
+        "I sat.",
+    ]
+    clauses = ["Tom partió.", "Y sin embargo el gato huyó.", "Y aún así, ¿es tarde?", "Me senté."]
+    assert bench_long.joined(clauses, bench_long.punctuation_of(chosen), 1, inside) == (
+        "Tom partió, y sin embargo el gato huyó, y aún así, ¿es tarde? Me senté."
+    )
     spaces = bench_long.joined_lines(PAIRS, 2, (), (inside,) * 2, 1)
     assert [s for s, _, _ in spaces] == ["Tom left. The cat ran.", "Is it late? I sat."]
 
@@ -70,6 +82,7 @@ def test_a_result_renders_for_the_report_every_policy_a_column():
     }
     lines = bench_long.render(result)
     assert "| 2 | 30.00 | 20.50 | 25.25 |" in lines
+    assert "| per line | one by one | model | rules |" in lines
     assert "The 40-word line: words out per word in: model 0.950." in lines
     assert "Spans (model): 99.50% kept verbatim exactly once, BLEU 40.00." in lines
     assert "whole: 9 lines, BLEU model 27.10." in lines
