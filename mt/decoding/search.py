@@ -264,12 +264,14 @@ def forbid(
     where it comes `too_soon`, all but EOS in rows at their limit. Masked, not by
     `force_eos.any()`: no wait for the device."""
     scores[:, cfg.pad_id] = scores[:, cfg.bos_id] = NEG_INF
-    eos = scores[:, cfg.eos_id].clone()
-    if too_soon:
-        scores[:, cfg.eos_id] = NEG_INF
     if force_eos is not None:
+        eos = scores[:, cfg.eos_id].clone()
         scores.masked_fill_(force_eos.unsqueeze(1), NEG_INF)
-        scores[:, cfg.eos_id] = torch.where(force_eos, eos, scores[:, cfg.eos_id])
+        scores[:, cfg.eos_id] = eos
+    if too_soon and force_eos is None:
+        scores[:, cfg.eos_id] = NEG_INF
+    elif too_soon:  # but in rows at their limit: there EOS is all a row may take
+        scores[:, cfg.eos_id].masked_fill_(~force_eos, NEG_INF)
     return scores
 
 

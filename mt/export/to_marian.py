@@ -142,9 +142,8 @@ def search_options(config: Config, lengths: dict[str, np.ndarray]) -> dict[str, 
         return options | {"length_penalty": d.alpha}
     targets = lengths.get("tgt", np.array([TYPICAL_LENGTH]))
     slope = d.alpha * targets / (GNMT_OFFSET + targets)
-    slope = round(float(slope.mean()), 4)
     return options | {
-        "length_penalty": slope,
+        "length_penalty": round(float(slope.mean()), 4),
         "early_stopping": "never",
         "min_new_tokens": least_tokens(d),  # no empty translation
     }

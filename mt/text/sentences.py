@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from ..data.spans import SPAN
 from ..decoding.pieces import join_nbest
 
 # English abbreviations Punkt's model does not know, that never end a sentence alone
@@ -63,15 +64,16 @@ class Layout:
     def of(cls, text: str, split: bool = True) -> Layout:
         """`text` cut into sentences (by lines, then by Punkt); `split` False: the whole
         text is one sentence, as the model would have read it. A piece without a letter
-        ("1.", "2024", "—") is no sentence but layout, kept as it is, as is the enumerator
-        that starts a sentence ("1. The Tortoise and the Hare": "1. " and a sentence)."""
+        outside the spans carried over verbatim ("1.", "2024", "—", a URL or {{name}} alone:
+        `has_words`) is no sentence but layout, kept as it is, as is the enumerator that
+        starts a sentence ("1. The Tortoise and the Hare": "1. " and a sentence)."""
         if not split:
             return cls([text], ["", ""])
         sentences, gaps, at = [], [], 0
         for line_start, line_end in _lines(text):
             for start, end in split_sentences(text[line_start:line_end]):
                 start += line_start
-                if not any(c.isalpha() for c in text[start : line_start + end]):
+                if not has_words(text[start : line_start + end]):
                     continue  # in the gap before the next sentence
                 if enumerator := ENUMERATOR.match(text, start, line_start + end):
                     start = enumerator.end()
@@ -94,6 +96,12 @@ class Layout:
         ]
         inner = join_nbest(found, self.gaps[1:-1])
         return [(self.gaps[0] + text + self.gaps[-1], score) for text, score in inner]
+
+
+def has_words(text: str) -> bool:
+    """Whether `text` has a letter outside its spans (mt.data.spans): a URL, an address or a
+    {{placeholder}} alone has nothing to translate, and a model asked to would add words."""
+    return any(c.isalpha() for c in SPAN.sub("", text))
 
 
 def own_breaks(source: str, translation: str) -> str:

@@ -88,6 +88,7 @@ def test_no_source_comes_back_empty_under_mts_rules():
     for rules, want in (("mt", chain), ("transformers", [])):
         cfg = DecodeConfig(beam=2, alpha=0.0, rules=rules)
         assert beam_search(model, src, cfg)[0][0].tokens == want
+    assert greedy(model, src, 0) == [[]]  # a limit of no tokens leaves EOS alone to take
     cfg = DecodeConfig(nbest=50, sampling=True)
     samples = sample(model, src, cfg, torch.Generator().manual_seed(0))
     assert {len(h.tokens) for h in samples[0]} == {1, 4}  # [a] and the chain, never []

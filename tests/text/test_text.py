@@ -93,6 +93,10 @@ def test_a_piece_without_letters_and_an_enumerator_are_layout_not_sentences():
     assert items.gaps == ["3) ", " (a) ", " 2.1. ", "\n— ", "\n2024\n• ", ""]
     assert Layout.of("2024").sentences == [] and Layout.of("1.").gaps == ["1."]
     assert Layout.of("See section 3. It is there.").sentences == ["See section 3.", "It is there."]
+    # spans alone are carried over, not translated: nothing for a model to add words to
+    for alone in ("https://example.org/a?b=1", "{{name}}", "bob@example.com", "`make test`"):
+        assert Layout.of(alone).sentences == [], alone
+    assert Layout.of("Write to bob@example.com.").sentences == ["Write to bob@example.com."]
     translator = FakeTranslator()
     assert translate_texts(translator, ["6. The Crow and the Pitcher", "—"]) == [
         "6. <The Crow and the Pitcher>",
