@@ -50,8 +50,9 @@ class ChainModel:
         o, a, b, c, d = self.o, self.a, self.b, self.c, self.d
         start = o if opening else BOS
         arcs = [(start, EOS, 0.4), (start, a, 0.6), (a, EOS, 0.45), (a, b, 0.55), (b, c, 1.0)]
+        arcs += [(c, d, 1.0), (d, EOS, 1.0)] + ([(BOS, o, 1.0)] if opening else [])
         self.logits = torch.full((9, 9), -30.0)  # [previous token, next token]
-        for prev, nxt, p in [*arcs, (c, d, 1.0), (d, EOS, 1.0), (BOS, o, 1.0)][: 7 + opening]:
+        for prev, nxt, p in arcs:
             self.logits[prev, nxt] = math.log(p)
         self.opening = [o] if opening else []
 
