@@ -104,6 +104,9 @@ class ExampleMaker:
         into = dict(zip(lead_tokens(data), [languages, languages[::-1]]))
         self.joins: dict[int, list[Join]] = {-1: clause_joins(*languages)}
         self.joins.update({source.token_to_id(t): clause_joins(*p) for t, p in into.items()})
+        # where each junction's share of the draws ends, the last's left out: a draw in [0, 1)
+        # falls after as many of them as the junction it draws
+        self.bounds = {d: np.cumsum([j.share for j in js])[:-1] for d, js in self.joins.items()}
         self.placeholders = config.tokenizer.placeholders
         # tokens a junction may add to a side, at most: its words, and a lowercased word's
         # tokens more than its capitalised one's
@@ -243,12 +246,14 @@ class ExampleMaker:
             whole = cut[k] >= pairs.end[k][after] - begin[k]  # all of it is in its head
             stops[led] &= ~whole[np.flatnonzero(led) - 1]
         clause = stops & (rng.random(len(after)) < self.settings.clauses)
-        choice = rng.integers(1 << 30, size=len(after))
+        directions, drawn = pairs.direction[after], rng.random(len(after))
+        choice = np.zeros(len(after), np.int64)
+        for d, bounds in self.bounds.items():
+            here = directions == d
+            choice[here] = np.searchsorted(bounds, drawn[here], side="right")
         joins = [
-            options[c % len(options)] if is_clause and options else None
-            for is_clause, c, options in zip(
-                clause.tolist(), choice.tolist(), (self.joins[d] for d in pairs.direction[after])
-            )
+            self.joins[d][c] if is_clause and self.joins[d] else None
+            for is_clause, c, d in zip(clause.tolist(), choice.tolist(), directions.tolist())
         ]
         clause = np.array([j is not None for j in joins], bool)
         heads = [

@@ -14,7 +14,7 @@ from mt.config import Config, TokenizerConfig
 from mt.data import tokenizer as tok
 from mt.data.batches import Batches, Position
 from mt.data.examples import ExampleMaker, Settings
-from mt.data.joins import CLAUSES, clause_joins, spanish_conjunction
+from mt.data.joins import CLAUSES, KINDS, LINKING_ADVERBS, clause_joins, spanish_conjunction
 from mt.data.spans import MARKER
 from mt.data.store import Split
 
@@ -90,6 +90,29 @@ def test_clauses_join_with_a_junction_lowercased_after_it_but_names_kept(corpus)
         assert "mary" not in s and "mary" not in t
     assert any(", and the cat sleeps" in s or " and the cat sleeps" in s for s, _ in joined)
     assert any(", y el gato duerme" in t or " y el gato duerme" in t for _, t in joined)
+
+
+def test_each_kind_of_junction_is_drawn_its_share_and_each_of_its_entries_drawn(corpus):
+    """A semicolon is a junction's alone or with a linking adverb: 1 in 4 of them alone, as
+    the kinds' shares say, though the adverbs are 17 entries against the semicolon's one."""
+    for joins in (clause_joins("en", "es"), clause_joins("es", "en")):
+        assert sum(j.share for j in joins) == pytest.approx(1.0)
+        for kind, share in KINDS:
+            said = [j for j in joins if j.words[j.languages.index("en")] in dict(kind)]
+            assert sum(j.share for j in said) == pytest.approx(share)
+    adverbs = [english[1:] + " " for english, _ in LINKING_ADVERBS]
+    alone = linking = 0
+    seen = set()
+    for seed in range(5):
+        src, _, _ = made(corpus, seed, join=1.0, join_most=2, join_clauses=1.0, placeholders=0.0)
+        for line in src:
+            for after in line.split(";")[1:]:
+                said = [a for a in adverbs if after.startswith(a)]
+                linking, alone = linking + bool(said), alone + (not said)
+                seen.update(said)
+    assert alone + linking > 150
+    assert abs(linking / (alone + linking) - 3 / 4) < 0.1  # 17 / 18 were each entry drawn alike
+    assert len(seen) == len(LINKING_ADVERBS)
 
 
 def inside(sentence: str) -> str:
