@@ -1,5 +1,5 @@
 """Real text that nothing was tuned to (issue 51), on one model, in one run: sentences joined
-into long lines in three constructions, the longest line, spans to carry over, the split
+into long lines in four constructions, the longest line, spans to carry over, the split
 whole, FLORES. Prints one JSON object a step, then the whole result.
 
   joined   Tatoeba sentences joined 1, 2, 4, 8 and 16 a line, both sides alike, in each
@@ -7,13 +7,16 @@ whole, FLORES. Prints one JSON object a step, then the whole result.
            next both end in a full stop on both sides, as clauses with a conjunction or a
            linking adverb that training never joins with (HELD_OUT: the model has not seen
            them as junctions), the next sentence's first word as the corpus writes it inside
-           a sentence; likewise with a semicolon alone. BLEU and output/reference words of the
+           a sentence; likewise with a semicolon alone; and with the junctions that training
+           teaches (TAUGHT: how far the model carries clauses whose words it was shown, the
+           sentences held out as in the others). BLEU and output/reference words of the
            lines, against the same sentences translated one by one (their translations joined
            alike: the reference's junction words put in) and, where junctions have words,
            clause by clause (each clause after a junction given as a sentence opened by the
            junction's words, "In fact, it's late.", its translation put after the junction's
-           comma or semicolon: what the model says of those words when not joined), for each
-           policy
+           comma or semicolon: what the model says of those words when not joined), and one by
+           one with each junction said otherwise (HELD_OUT's third: as right, not the
+           reference's words), for each policy
   longest  one line of clauses joined as above until it has LONGEST words: words out per word
   spans    sentences with spans put in (numbers, times, dates, URLs, e-mail addresses,
            {{templates}}, {0}, %s, %d, `code`; SPAN_KINDS): the share of spans that come back
@@ -43,27 +46,37 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from mt.data.corpus import read_pairs_jsonl
+from mt.data.joins import CLAUSES, LANGUAGES, Join
 from mt.decoding.evaluate import bleu_chrf
 from mt.text import translate_texts
 
 PER_LINE = (1, 2, 4, 8, 16)
 LONGEST = 409  # words in the longest line
-# (English, Spanish) junctions of clauses that mt.data.joins does not train with, of words the
-# Tatoeba corpus has (12 to 95 times each: a model can know them), none that asks another mood
-# of the clause after it (", unless", ", so that": the sentence as it stands would be wrong)
+# (English, Spanish as the references say it, Spanish said otherwise) junctions of clauses that
+# mt.data.joins does not train with, of words the Tatoeba corpus has (12 to 95 times each: a
+# model can know them), none that asks another mood of the clause after it (", unless", ", so
+# that": the sentence as it stands would be wrong); the third, as right as the second, tells
+# what one by one owes to the reference's own words
 HELD_OUT = (
-    (", even though", ", aunque"),
-    ("; that's why", "; por eso"),
-    ("; after all,", "; después de todo,"),
-    ("; of course,", "; por supuesto,"),
-    ("; anyway,", "; de todos modos,"),
-    (", and so", ", y así"),
-    ("; actually,", "; en realidad,"),
-    ("; in fact,", "; de hecho,"),
-    ("; instead,", "; en cambio,"),
-    (", though", ", aunque"),
+    (", even though", ", aunque", ", a pesar de que"),
+    ("; that's why", "; por eso", "; por esa razón"),
+    ("; after all,", "; después de todo,", "; al fin y al cabo,"),
+    ("; of course,", "; por supuesto,", "; claro,"),
+    ("; anyway,", "; de todos modos,", "; de todas formas,"),
+    (", and so", ", y así", ", y por eso"),
+    ("; actually,", "; en realidad,", "; de hecho,"),
+    ("; in fact,", "; de hecho,", "; en realidad,"),
+    ("; instead,", "; en cambio,", "; en su lugar,"),
+    (", though", ", aunque", ", si bien"),
 )
-CONSTRUCTIONS = {"spaces": (), "conjunctions": HELD_OUT, "semicolons": ((";", ";"),)}
+# the junctions training teaches (mt.data.joins), the sentences held out as in every other
+TAUGHT = tuple(junction for junction in CLAUSES if junction[0].strip(",; "))
+CONSTRUCTIONS = {
+    "spaces": (),
+    "conjunctions": HELD_OUT,
+    "semicolons": ((";", ";"),),
+    "junctions taught": TAUGHT,
+}
 WORD = re.compile(r"\w+")
 FIRST_WORD = re.compile(r"^(\W*)(\w+)")
 
@@ -101,11 +114,14 @@ def joined(
     sentences: Sequence[str], junctions: Sequence, side: int, inside: Callable[[str], str]
 ) -> str:
     """`sentences` as one line: each junction's `side` between two (the full stop before it
-    off, the sentence after it starting as `inside` says), a space where there is none."""
+    off, the sentence after it starting as `inside` says; Spanish "y" and "o" as it asks,
+    mt.data.joins), a space where there is none."""
     out = sentences[0]
     for junction, sentence in zip(junctions, sentences[1:]):
         if junction:
-            out = out.removesuffix(".") + junction[side] + " " + inside(sentence)
+            after = inside(sentence)
+            said = Join(tuple(junction[:2]), LANGUAGES, 1.0).said(side, after)
+            out = out.removesuffix(".") + said + " " + after
         else:
             out += " " + sentence
     return out
@@ -140,6 +156,11 @@ def clause_sentences(
         clause = f"{words} {inside(sentence)}" if words else sentence
         out.append(clause[:1].upper() + clause[1:])
     return out
+
+
+def said_otherwise(chosen: Sequence[Sequence]) -> list[list]:
+    """Each line's junctions (`chosen`) with their Spanish said otherwise (HELD_OUT's third)."""
+    return [[j and (j[0], j[2]) for j in junctions] for junctions in chosen]
 
 
 def punctuation_of(junctions: Sequence) -> list:
@@ -209,10 +230,16 @@ def bench_joined(policies: Policies, pairs: list, inside: Sequence[Callable], se
                 "lines": len(lines),
                 "one_by_one": scored(singles, references),
             }
-            if any(english.strip(",; ") for english, _ in junctions):
+            if any(junction[0].strip(",; ") for junction in junctions):
                 row["clause_by_clause"] = scored(
                     clause_by_clause(policies, pairs, per_line, chosen, inside), references
                 )
+            if junctions and all(len(junction) == 3 for junction in junctions):
+                otherwise = [
+                    joined(one_by_one[i * per_line : (i + 1) * per_line], said, 1, inside[1])
+                    for i, said in enumerate(said_otherwise(chosen))
+                ]
+                row["one_by_one_said_otherwise"] = scored(otherwise, references)
             for policy in policies.translators:
                 row[policy] = scored(policies.translate(policy, sources), references)
             rows.append(row)

@@ -22,8 +22,12 @@ PAIRS = [
 
 def test_the_held_out_junctions_are_none_that_training_joins_with():
     trained = {english for english, _ in CLAUSES}
-    assert not trained & {english for english, _ in bench_long.HELD_OUT}
+    assert not trained & {english for english, *_ in bench_long.HELD_OUT}
+    # said otherwise: the same English, other Spanish words
+    assert all(len(set(j)) == 3 for j in bench_long.HELD_OUT)
     assert bench_long.CONSTRUCTIONS["spaces"] == ()
+    # the taught construction: every junction of training that has words, and no other
+    assert {j[0] for j in bench_long.TAUGHT} == trained - {";"}
 
 
 def test_a_junction_joins_two_sentences_that_end_in_full_stops_on_both_sides():
@@ -52,6 +56,15 @@ def test_a_junction_joins_two_sentences_that_end_in_full_stops_on_both_sides():
     assert bench_long.joined(clauses, bench_long.punctuation_of(chosen), 1, inside) == (
         "Tom partió, y sin embargo el gato huyó, y aún así, ¿es tarde? Me senté."
     )
+    # one by one, the junctions said otherwise: the same translations, other Spanish words
+    otherwise = (", and yet", ", y sin embargo", ", pero aun así")
+    (said,) = bench_long.said_otherwise([[otherwise, None]])
+    assert bench_long.joined(singles[:3], said, 1, inside) == (
+        "Tom partió, pero aun así el gato huyó. ¿Es tarde?"
+    )
+    # Spanish says "y" as "e" before the sound i, as training does
+    spanish = bench_long.joined(["Llegó.", "Iba a llover."], [(", and", ", y")], 1, inside)
+    assert spanish == "Llegó, e iba a llover."
     spaces = bench_long.joined_lines(PAIRS, 2, (), (inside,) * 2, 1)
     assert [s for s, _, _ in spaces] == ["Tom left. The cat ran.", "Is it late? I sat."]
 
