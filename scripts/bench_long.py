@@ -158,6 +158,17 @@ def clause_sentences(
     return out
 
 
+def lines_of(
+    translations: Sequence[str], per_line: int, chosen: Sequence, inside: Callable[[str], str]
+) -> list[str]:
+    """Sentences translated one by one, joined `per_line` a line in Spanish as `chosen` (each
+    line's junctions) says."""
+    return [
+        joined(translations[i * per_line : (i + 1) * per_line], junctions, 1, inside)
+        for i, junctions in enumerate(chosen)
+    ]
+
+
 def said_otherwise(chosen: Sequence[Sequence]) -> list[list]:
     """Each line's junctions (`chosen`) with their Spanish said otherwise (HELD_OUT's third)."""
     return [[j and (j[0], j[2]) for j in junctions] for junctions in chosen]
@@ -221,10 +232,7 @@ def bench_joined(policies: Policies, pairs: list, inside: Sequence[Callable], se
         for per_line in PER_LINE:
             lines = joined_lines(pairs, per_line, junctions, inside, seed)
             sources, references, chosen = zip(*lines)
-            singles = [
-                joined(one_by_one[i * per_line : (i + 1) * per_line], chosen[i], 1, inside[1])
-                for i in range(len(lines))
-            ]
+            singles = lines_of(one_by_one, per_line, chosen, inside[1])
             row = {
                 "per_line": per_line,
                 "lines": len(lines),
@@ -235,10 +243,7 @@ def bench_joined(policies: Policies, pairs: list, inside: Sequence[Callable], se
                     clause_by_clause(policies, pairs, per_line, chosen, inside), references
                 )
             if junctions and all(len(junction) == 3 for junction in junctions):
-                otherwise = [
-                    joined(one_by_one[i * per_line : (i + 1) * per_line], said, 1, inside[1])
-                    for i, said in enumerate(said_otherwise(chosen))
-                ]
+                otherwise = lines_of(one_by_one, per_line, said_otherwise(chosen), inside[1])
                 row["one_by_one_said_otherwise"] = scored(otherwise, references)
             for policy in policies.translators:
                 row[policy] = scored(policies.translate(policy, sources), references)
