@@ -9,9 +9,10 @@ whole, FLORES. Prints one JSON object a step, then the whole result.
            them as junctions), the next sentence's first word as the corpus writes it inside
            a sentence; likewise with a semicolon alone; and with the junctions that training
            teaches (TAUGHT: how far the model carries clauses whose words it was shown, the
-           sentences held out as in the others). BLEU and output/reference words of the
-           lines, against the same sentences translated one by one (their translations joined
-           alike: the reference's junction words put in) and, where junctions have words,
+           sentences held out as in the others). BLEU (cased and lowercased), output/reference
+           words and the capitals after a semicolon of the lines, against the same sentences
+           translated one by one (their translations joined alike: the reference's junction
+           words put in) and, where junctions have words,
            clause by clause (each clause after a junction given as a sentence opened by the
            junction's words, "In fact, it's late.", its translation put after the junction's
            comma or semicolon: what the model says of those words when not joined), and one by
@@ -79,6 +80,7 @@ CONSTRUCTIONS = {
 }
 WORD = re.compile(r"\w+")
 FIRST_WORD = re.compile(r"^(\W*)(\w+)")
+AFTER_SEMICOLON = re.compile(r";\s+[¿¡«\"'(]*([^\W\d_])")  # the first letter of what follows
 
 
 class Inside:
@@ -184,10 +186,22 @@ def words_ratio(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     return sum(len(h.split()) for h in hypotheses) / max(sum(len(r.split()) for r in references), 1)
 
 
+def capitals_after_semicolons(texts: Sequence[str]) -> int:
+    """How many semicolons in `texts` a capitalised word follows: where a line cut into
+    pieces at its semicolons gets a piece's translation opened as a sentence."""
+    return sum(word.isupper() for text in texts for word in AFTER_SEMICOLON.findall(text))
+
+
 def scored(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    """BLEU, BLEU of the lowercased text (what is left without capitals), words out per
+    reference word, and capitals after a semicolon."""
     return {
         "bleu": round(bleu_chrf(hypotheses, references)["bleu"], 2),
+        "bleu_lowercased": round(
+            bleu_chrf([h.lower() for h in hypotheses], [r.lower() for r in references])["bleu"], 2
+        ),
         "length": round(words_ratio(hypotheses, references), 3),
+        "capitals_after_semicolons": capitals_after_semicolons(hypotheses),
     }
 
 

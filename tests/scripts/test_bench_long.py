@@ -99,3 +99,10 @@ def test_a_result_renders_for_the_report_every_policy_a_column():
     assert "The 40-word line: words out per word in: model 0.950." in lines
     assert "Spans (model): 99.50% kept verbatim exactly once, BLEU 40.00." in lines
     assert "whole: 9 lines, BLEU model 27.10." in lines
+
+
+def test_lines_are_scored_cased_and_lowercased_and_capitals_after_semicolons_counted():
+    found = bench_long.scored(["Llegué; Lo siento; ¿Vienes?"], ["Llegué; lo siento; ¿vienes?"])
+    assert found["bleu_lowercased"] == 100.0 and found["bleu"] < 100.0
+    assert found["capitals_after_semicolons"] == 2
+    assert bench_long.capitals_after_semicolons(["a; b; 3 c; Tom", "x;Y"]) == 1
